@@ -1,0 +1,49 @@
+"""Argument checks shared by every module: clear ``ValueError``/``TypeError`` messages
+that say what was wrong and what is allowed."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+
+def check_eps(eps) -> float:
+    """Return ``eps`` as a float after checking it lies in the open interval (0, 1).
+
+    ``eps`` is the ST/NMST lower-bound rate (Welleck et al. 2020 Def. 4.3; Choi et al.
+    2023 Defs. 5-6). NaN, 0, 1, negatives and non-numbers are rejected.
+    """
+    if isinstance(eps, torch.Tensor):
+        if eps.numel() != 1:
+            raise ValueError(f"eps must be a single number in (0, 1), got a tensor of shape {tuple(eps.shape)}")
+        eps = eps.item()
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number in (0, 1), got {type(eps).__name__}")
+    eps = float(eps)
+    if math.isnan(eps) or not (0.0 < eps < 1.0):
+        raise ValueError(f"eps must lie strictly between 0 and 1 (e.g. 1e-4), got {eps!r}")
+    return eps
+
+
+def check_index(value, size: int, name: str) -> int:
+    """Check that ``value`` is an integer id in ``[0, size)`` and return it as ``int``."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+        value = int(value.item())
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer id, got {type(value).__name__}")
+    value = int(value)
+    if not (0 <= value < size):
+        raise ValueError(f"{name} must be in [0, {size}) for a vocabulary of size {size}, got {value}")
+    return value
+
+
+def check_positive_int(value, name: str, minimum: int = 1) -> int:
+    """Check that ``value`` is an integer >= ``minimum`` and return it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {type(value).__name__}")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up everything the tests need and run all of them:
+#   library unit tests, chapter notebooks under nbval, the website build (zero warnings),
+#   and the headless-browser checks of the built site.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+# A real browser for the site checks (Debian's chromium + chromedriver).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  if [ "$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi
+  echo "[test] installing Debian's chromium and chromium-driver for the browser tests"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
+# Build the website first (it executes every chapter); the browser tests check the result.
+bash scripts/book.sh
+
+export NMST_REQUIRE_SITE=1   # site tests fail (instead of skipping) when the build is missing
+.venv/bin/python -m pytest tests chapters --nbval-lax -q -p no:cacheprovider "$@"
