@@ -1,0 +1,565 @@
+"""Model-agnostic decoding algorithms: greedy, ancestral, top-k, nucleus and beam search.
+
+Every decoder works on any model that follows the decoding protocol of DESIGN.md
+(:class:`LanguageModel`): it asks the model for next-token log-probabilities, picks tokens,
+and uses ``model.select`` to drop finished rows and to reorder beams. Decoders never look
+inside the model's state.
+
+The algorithms are the ones whose (in)consistency the book studies:
+
+* greedy decoding, ancestral, top-k and nucleus sampling: Welleck et al. (2020),
+  Defs. 2.5-2.8; Choi, Cho, Lee (2023), Sec. 2.2 and App. A.1-A.2;
+* consistent top-k and nucleus sampling, which add eos to the candidate set:
+  Welleck et al. (2020), Defs. 4.1-4.2;
+* beam search: Welleck et al. (2020), Def. A.2 (Choi et al. 2023, Def. A.3).
+
+They are derived in Chapter 1 (01_decoding); the consistent variants in Chapter 3
+(03_consistent_sampling).
+
+Tie-breaking is deterministic everywhere: among tokens of equal probability the smaller
+token id comes first (greedy, top-k, nucleus); in beam search the expansion of the
+higher-ranked prefix comes first, then the smaller token id.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from ._validation import check_index, check_positive_int
+
+__all__ = [
+    "PAD",
+    "METHODS",
+    "LanguageModel",
+    "Generation",
+    "decode",
+    "top_k_mask",
+    "nucleus_mask",
+    "restrict_log_probs",
+    "sample_tokens",
+]
+
+PAD = -1
+"""Token id that fills ``Generation.tokens`` after the end of each sequence."""
+
+METHODS = ("greedy", "ancestral", "top-k", "nucleus", "beam")
+"""The decoding methods :func:`decode` knows."""
+
+_NEG_INF = -math.inf
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """The decoding protocol of DESIGN.md: what a model must offer to be decoded.
+
+    ``initial_state(contexts)`` reads the contexts (``LongTensor[B, k]``) and returns the
+    state and the log-probabilities ``[B, V]`` of the first continuation token (step t = 1);
+    ``step(state, tokens)`` feeds one token per row and returns the next state and the
+    log-probabilities of the next token; ``select(state, index)`` returns the state of the
+    rows ``index`` (picked, reordered or repeated). Log-probabilities are the model's own,
+    after its output layer (softmax, ST, NMST, ...). Chapter 1 (01_decoding).
+    """
+
+    eos_id: int
+    vocab_size: int
+
+    def initial_state(self, contexts: torch.Tensor) -> tuple[Any, torch.Tensor]: ...
+
+    def step(self, state: Any, tokens: torch.Tensor) -> tuple[Any, torch.Tensor]: ...
+
+    def select(self, state: Any, index: torch.Tensor) -> Any: ...
+
+
+@dataclass(frozen=True, eq=False)
+class Generation:
+    """The sequences a decoder returned for a batch of contexts (all tensors on CPU).
+
+    ``tokens[i, :lengths[i]]`` is the continuation of context ``i``; it ends with eos exactly
+    when ``terminated[i]``; later positions hold :data:`PAD`. A row that is not terminated
+    was cut at ``max_len`` (``lengths[i] == max_len``), the finite stand-in for the
+    non-terminating sequences of Welleck et al. (2020), Def. 3.2. ``scores[i]`` is the sum
+    of the model's log-probabilities of the returned tokens (Welleck et al. 2020, Def. A.1),
+    in the dtype of the model's log-probabilities (at least float32). Chapter 1 (01_decoding).
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+    terminated: torch.Tensor
+    max_len: int
+    eos_id: int
+    method: str
+    scores: torch.Tensor
+
+    def to_lists(self) -> list[list[int]]:
+        """The generated sequences as Python lists of token ids (without padding)."""
+        return [row[:n].tolist() for row, n in zip(self.tokens, self.lengths.tolist())]
+
+
+# --------------------------------------------------------------------------- candidate sets
+
+
+def _check_log_probs_tensor(log_probs) -> None:
+    if not isinstance(log_probs, torch.Tensor) or not log_probs.is_floating_point():
+        raise TypeError("log_probs must be a floating-point torch.Tensor of shape [..., V]")
+    if log_probs.dim() < 1 or log_probs.shape[-1] < 1:
+        raise ValueError(f"log_probs must have a non-empty last (vocabulary) dimension, got shape {tuple(log_probs.shape)}")
+
+
+def _check_k(k, vocab_size: int) -> int:
+    k = check_positive_int(k, "k")
+    if k > vocab_size:
+        raise ValueError(f"k must be between 1 and the vocabulary size {vocab_size}, got {k}")
+    return k
+
+
+def _check_p(p) -> float:
+    if isinstance(p, torch.Tensor) and p.numel() == 1:
+        p = p.item()
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"p must be a real number in (0, 1], got {type(p).__name__}")
+    p = float(p)
+    if math.isnan(p) or not (0.0 < p <= 1.0):
+        raise ValueError(f"p must lie in (0, 1] (e.g. 0.9; p = 1 keeps every token), got {p!r}")
+    return p
+
+
+def _with_eos(mask: torch.Tensor, eos_id: int | None) -> torch.Tensor:
+    """``mask`` with eos added to every candidate set (no change where it is already in)."""
+    if eos_id is None:
+        return mask
+    is_eos = torch.arange(mask.shape[-1], device=mask.device) == eos_id
+    return mask | is_eos
+
+
+def _top_k_mask(log_probs: torch.Tensor, k: int) -> torch.Tensor:
+    """Exactly ``k`` most probable tokens per row; ties go to the smaller token id."""
+    kth_value = log_probs.topk(k, dim=-1).values[..., -1:]
+    above = log_probs > kth_value
+    tied = log_probs == kth_value
+    still_needed = k - above.sum(dim=-1, keepdim=True)
+    return above | (tied & (tied.cumsum(dim=-1) <= still_needed))
+
+
+def _nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
+    """Smallest set of most probable tokens with total probability >= p (ties: smaller id first)."""
+    if p == 1.0:
+        # The smallest set of mass 1 is the support; a cumulative sum could round just
+        # below 1 and drop tokens of tiny but positive probability.
+        return log_probs > _NEG_INF
+    sorted_log_probs, order = torch.sort(log_probs, dim=-1, descending=True, stable=True)
+    log_mass_before = torch.logcumsumexp(sorted_log_probs, dim=-1).roll(1, dims=-1)
+    log_mass_before[..., 0] = _NEG_INF  # nothing precedes the most probable token
+    keep_sorted = log_mass_before < math.log(p)
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+
+
+def top_k_mask(log_probs: torch.Tensor, k: int, eos_id: int | None = None) -> torch.Tensor:
+    """Candidate set of top-k sampling as a boolean mask over the vocabulary.
+
+    Keeps the ``k`` most probable tokens of each row of ``log_probs`` (shape ``[..., V]``):
+    the set V_k of Welleck et al. (2020), Def. 2.6 (Choi et al. 2023, Def. A.1, eq. 13).
+    Ties at the k-th place go to the smaller token ids, so exactly ``k`` tokens are kept.
+    With ``eos_id`` given, eos is added: the set V' = {eos} u V_k of *consistent* top-k
+    sampling (Welleck et al. 2020, Def. 4.1); if eos is already in V_k nothing changes.
+    Chapter 1 (01_decoding) and Chapter 3 (03_consistent_sampling).
+    """
+    _check_log_probs_tensor(log_probs)
+    vocab_size = log_probs.shape[-1]
+    k = _check_k(k, vocab_size)
+    if eos_id is not None:
+        eos_id = check_index(eos_id, vocab_size, "eos_id")
+    return _with_eos(_top_k_mask(log_probs, k), eos_id)
+
+
+def nucleus_mask(log_probs: torch.Tensor, p: float, eos_id: int | None = None) -> torch.Tensor:
+    """Candidate set of nucleus (top-p) sampling as a boolean mask over the vocabulary.
+
+    Keeps the smallest set of most probable tokens whose total probability is >= ``p``
+    (Choi et al. 2023, Def. A.2, eq. 15; Welleck et al. 2020, Def. 2.7 with mu = p): a token
+    is kept when the probability of the tokens ranked before it is still below ``p``, so the
+    most probable token is always kept. Ranks among equal probabilities follow token ids.
+    ``p = 1`` keeps the support (every token of positive probability). The cumulative mass
+    is computed in log space (``logcumsumexp``); a set whose mass equals ``p`` up to
+    rounding may or may not include the next token. With ``eos_id`` given, eos is added:
+    V_mu u {eos} of *consistent* nucleus sampling (Welleck et al. 2020, Def. 4.2).
+    Chapter 1 (01_decoding) and Chapter 3 (03_consistent_sampling).
+    """
+    _check_log_probs_tensor(log_probs)
+    p = _check_p(p)
+    if eos_id is not None:
+        eos_id = check_index(eos_id, log_probs.shape[-1], "eos_id")
+    return _with_eos(_nucleus_mask(log_probs, p), eos_id)
+
+
+def restrict_log_probs(log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The model's distribution renormalised over a candidate set, as log-probabilities.
+
+    ``q(v) = p(v) / sum_{v' in V'} p(v')`` for ``v`` in the set (``mask`` True) and
+    ``log q(v) = -inf`` outside: the proposal distribution of top-k and nucleus sampling and
+    of their consistent variants (Welleck et al. 2020, Defs. 2.6, 2.7, 4.1, 4.2; Choi et al.
+    2023, eqs. 12 and 14). Computed in log space with ``logsumexp``.
+    Chapter 1 (01_decoding).
+    """
+    _check_log_probs_tensor(log_probs)
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError("mask must be a boolean torch.Tensor (e.g. from top_k_mask or nucleus_mask)")
+    if mask.shape != log_probs.shape:
+        raise ValueError(f"mask must have the shape of log_probs {tuple(log_probs.shape)}, got {tuple(mask.shape)}")
+    kept = log_probs.masked_fill(~mask, _NEG_INF)
+    log_mass = torch.logsumexp(kept, dim=-1, keepdim=True)
+    if bool((log_mass == _NEG_INF).any()):
+        raise ValueError("every candidate set must contain a token of positive probability")
+    return kept - log_mass
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def _check_generator(generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
+def _sample(log_probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Exponential race: argmax_v log p(v) - log E_v with E_v ~ Exp(1) i.i.d."""
+    dtype = torch.promote_types(log_probs.dtype, torch.float32)
+    noise_device = log_probs.device if generator is None else generator.device
+    exponentials = torch.empty(log_probs.shape, dtype=dtype, device=noise_device).exponential_(generator=generator)
+    race = log_probs.to(dtype) - exponentials.to(log_probs.device).log()
+    # A token of probability zero never wins, even against E_v = 0 (log E_v = -inf).
+    race = race.masked_fill(log_probs == _NEG_INF, _NEG_INF)
+    return race.argmax(dim=-1)
+
+
+def sample_tokens(log_probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per row from the (possibly unnormalised) log-probabilities ``[..., V]``.
+
+    Uses the exponential race (equivalently the Gumbel-max trick): with ``E_v ~ Exp(1)``
+    independent, ``argmin_v E_v / p(v)`` is distributed as ``p(v) / sum p``, so
+    ``argmax_v (log p(v) - log E_v)`` is a draw of Welleck et al. (2020), Def. 2.5, and, on
+    masked log-probabilities, of Defs. 2.6-2.7 and 4.1-4.2. Tokens with log-probability
+    ``-inf`` are never drawn. The noise comes only from ``generator`` (drawn on the
+    generator's device, then moved to ``log_probs.device``; pass a generator on the model's
+    device to avoid the copy); ``None`` uses torch's global RNG for ``log_probs.device``.
+    Chapter 1 (01_decoding).
+    """
+    _check_log_probs_tensor(log_probs)
+    _check_generator(generator)
+    return _sample(log_probs, generator)
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+def _check_model(model) -> tuple[int, int]:
+    if not isinstance(model, LanguageModel) or not all(
+        callable(getattr(model, name)) for name in ("initial_state", "step", "select")
+    ):
+        missing = [
+            name
+            for name in ("eos_id", "vocab_size", "initial_state", "step", "select")
+            if not hasattr(model, name) or (name not in ("eos_id", "vocab_size") and not callable(getattr(model, name)))
+        ]
+        raise TypeError(
+            "model must follow the decoding protocol (eos_id, vocab_size, initial_state(contexts), "
+            f"step(state, tokens), select(state, index)); {type(model).__name__} lacks {', '.join(missing)}"
+        )
+    vocab_size = check_positive_int(model.vocab_size, "model.vocab_size", minimum=2)
+    eos_id = check_index(model.eos_id, vocab_size, "model.eos_id")
+    return vocab_size, eos_id
+
+
+def _check_contexts(contexts, vocab_size: int) -> None:
+    if not isinstance(contexts, torch.Tensor):
+        raise TypeError(f"contexts must be a torch.Tensor of token ids of shape [B, k], got {type(contexts).__name__}")
+    if contexts.is_floating_point() or contexts.is_complex() or contexts.dtype == torch.bool:
+        raise TypeError(f"contexts must hold integer token ids (e.g. torch.long), got dtype {contexts.dtype}")
+    if contexts.dim() != 2:
+        raise ValueError(f"contexts must be a 2-D tensor [B, k] (one context per row), got shape {tuple(contexts.shape)}")
+    if contexts.shape[0] == 0:
+        raise ValueError("contexts is an empty batch: give at least one context (B >= 1)")
+    if contexts.shape[1] == 0:
+        raise ValueError("every context must have at least one token (k >= 1)")
+    low, high = int(contexts.min()), int(contexts.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"context token ids must be in [0, {vocab_size}) for a vocabulary of size {vocab_size}, got {bad}")
+
+
+def _check_method_arguments(method, vocab_size, k, p, beam_size, consistent):
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(repr(m) for m in METHODS)}; got {method!r}")
+    if not isinstance(consistent, bool):
+        raise TypeError(f"consistent must be True or False, got {type(consistent).__name__}")
+    if consistent and method not in ("top-k", "nucleus"):
+        raise ValueError(f"consistent=True is only defined for 'top-k' and 'nucleus' (Welleck et al. 2020, Defs. 4.1-4.2), not {method!r}")
+    if k is not None and method != "top-k":
+        raise ValueError(f"k is only used by top-k; method {method!r} does not take it")
+    if p is not None and method != "nucleus":
+        raise ValueError(f"p is only used by nucleus; method {method!r} does not take it")
+    if beam_size is not None and method != "beam":
+        raise ValueError(f"beam_size is only used by beam; method {method!r} does not take it")
+    if method == "top-k":
+        if k is None:
+            raise ValueError("top-k needs k, an integer in [1, V]")
+        k = _check_k(k, vocab_size)
+    if method == "nucleus":
+        if p is None:
+            raise ValueError("nucleus needs p, a number in (0, 1]")
+        p = _check_p(p)
+    if method == "beam":
+        if beam_size is None:
+            raise ValueError("beam needs beam_size, an integer >= 1")
+        beam_size = check_positive_int(beam_size, "beam_size")
+    return k, p, beam_size
+
+
+def _check_step_log_probs(log_probs, rows: int, vocab_size: int, where: str) -> None:
+    if not isinstance(log_probs, torch.Tensor) or not log_probs.is_floating_point():
+        raise TypeError(f"model.{where} must return (state, log_probs) with a floating-point log_probs tensor")
+    if tuple(log_probs.shape) != (rows, vocab_size):
+        raise ValueError(
+            f"model.{where} returned log_probs of shape {tuple(log_probs.shape)}; expected ({rows}, {vocab_size}) = (rows, vocab_size)"
+        )
+
+
+# --------------------------------------------------------------------------- decoders
+
+
+def decode(
+    model: LanguageModel,
+    contexts: torch.Tensor,
+    method: str,
+    *,
+    max_len: int,
+    k: int | None = None,
+    p: float | None = None,
+    beam_size: int | None = None,
+    consistent: bool = False,
+    generator: torch.Generator | None = None,
+) -> Generation:
+    """Decode one continuation per context with ``method``; stop at eos or after ``max_len`` tokens.
+
+    Methods (Chapter 1, 01_decoding):
+
+    * ``"greedy"``: the most probable token at each step (Welleck et al. 2020, Def. 2.8;
+      ties go to the smaller token id);
+    * ``"ancestral"``: a draw from the model's distribution (Def. 2.5);
+    * ``"top-k"``: a draw from the distribution renormalised over the ``k`` most probable
+      tokens (Def. 2.6; see :func:`top_k_mask`);
+    * ``"nucleus"``: the same over the smallest set of most probable tokens of mass >= ``p``
+      (Def. 2.7; Choi et al. 2023, Def. A.2; see :func:`nucleus_mask`);
+    * ``"beam"``: beam search of width ``beam_size`` (Welleck et al. 2020, Def. A.2; see
+      :func:`_beam_search` in the source for the exact rules).
+
+    ``consistent=True`` (top-k and nucleus only) adds eos to every candidate set
+    (Welleck et al. 2020, Defs. 4.1-4.2; Chapter 3, 03_consistent_sampling).
+
+    Sampling draws its noise only from ``generator`` (same seed, same output; see
+    :func:`sample_tokens` for devices); ``generator=None`` uses torch's global RNG.
+    ``generator`` is ignored by greedy and beam search. Rows that emit eos leave the working
+    batch (``model.select``), so a step costs what the unfinished rows cost, and decoding
+    ends as soon as every row has finished. Returns a :class:`Generation` on CPU.
+    """
+    vocab_size, eos_id = _check_model(model)
+    _check_contexts(contexts, vocab_size)
+    max_len = check_positive_int(max_len, "max_len")
+    k, p, beam_size = _check_method_arguments(method, vocab_size, k, p, beam_size, consistent)
+    _check_generator(generator)
+
+    if method == "beam":
+        tokens, lengths, terminated, scores = _beam_search(model, contexts, beam_size, max_len, vocab_size, eos_id)
+    else:
+        choose = _token_chooser(method, k, p, eos_id if consistent else None, generator)
+        tokens, lengths, terminated, scores = _decode_token_by_token(model, contexts, choose, max_len, vocab_size, eos_id)
+    return Generation(
+        tokens=tokens.cpu(),
+        lengths=lengths.cpu(),
+        terminated=terminated.cpu(),
+        max_len=max_len,
+        eos_id=eos_id,
+        method=method,
+        scores=scores.cpu(),
+    )
+
+
+def _score_dtype(log_probs: torch.Tensor) -> torch.dtype:
+    """Scores are summed in the log-probs' dtype, at least float32 (half precision drifts)."""
+    return torch.promote_types(log_probs.dtype, torch.float32)
+
+
+def _token_chooser(method: str, k, p, eos_id, generator):
+    """The per-step rule ``log_probs [n, V] -> tokens [n]`` of a single-pass decoder."""
+    if method == "greedy":
+        return lambda log_probs: log_probs.argmax(dim=-1)  # first maximum: smallest id
+    if method == "ancestral":
+        return lambda log_probs: _sample(log_probs, generator)
+    if method == "top-k":
+        candidates = lambda log_probs: _with_eos(_top_k_mask(log_probs, k), eos_id)  # noqa: E731
+    else:
+        candidates = lambda log_probs: _with_eos(_nucleus_mask(log_probs, p), eos_id)  # noqa: E731
+    # Sampling from the masked, unnormalised log-probs equals sampling from
+    # restrict_log_probs(log_probs, mask): the race is invariant to a constant shift.
+    return lambda log_probs: _sample(log_probs.masked_fill(~candidates(log_probs), _NEG_INF), generator)
+
+
+def _decode_token_by_token(model, contexts, choose, max_len: int, vocab_size: int, eos_id: int):
+    """Greedy and sampling decoders: one token per unfinished row per step.
+
+    Finished rows leave the working batch through ``model.select``; ``alive`` maps working
+    rows to output rows. One Python loop over time steps, tensor operations inside.
+    """
+    batch = contexts.shape[0]
+    state, log_probs = model.initial_state(contexts)
+    _check_step_log_probs(log_probs, batch, vocab_size, "initial_state")
+    device = log_probs.device
+    tokens = torch.full((batch, max_len), PAD, dtype=torch.long, device=device)
+    lengths = torch.full((batch,), max_len, dtype=torch.long, device=device)
+    terminated = torch.zeros(batch, dtype=torch.bool, device=device)
+    scores = torch.zeros(batch, dtype=_score_dtype(log_probs), device=device)
+    alive = torch.arange(batch, device=device)
+    for t in range(max_len):
+        next_tokens = choose(log_probs)
+        tokens[alive, t] = next_tokens
+        scores[alive] += log_probs.gather(1, next_tokens[:, None]).squeeze(1)
+        is_eos = next_tokens == eos_id
+        if bool(is_eos.any()):
+            finished = alive[is_eos]
+            lengths[finished] = t + 1
+            terminated[finished] = True
+            unfinished = (~is_eos).nonzero().squeeze(1)
+            if unfinished.numel() == 0:
+                break
+            alive, next_tokens = alive[unfinished], next_tokens[unfinished]
+            state = model.select(state, unfinished)
+        if t + 1 == max_len:
+            break
+        state, log_probs = model.step(state, next_tokens)
+        _check_step_log_probs(log_probs, alive.numel(), vocab_size, "step")
+    return tokens, lengths, terminated, scores
+
+
+def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int, eos_id: int):
+    """Beam search of Welleck et al. (2020), Def. A.2, batched over contexts.
+
+    Per context and step t: every live prefix rho is expanded with every token v, with score
+    s(rho o v) = s(rho) + log p(v | rho, x) (Def. A.1; no length normalisation); the
+    ``beam_size`` best expansions over all live prefixes x all tokens are kept; kept ones
+    ending in eos leave for the finished set S, the others form the next live beam (which
+    may thus hold fewer than ``beam_size`` prefixes). A context stops when S holds
+    ``beam_size`` sequences, when no live prefix is left, or at ``max_len``; it returns the
+    highest-scoring sequence of S, else (S empty) the best live prefix, not terminated.
+
+    Ties are broken deterministically: among equal scores the expansion of the
+    higher-ranked live prefix comes first, then the smaller token id; live prefixes are
+    ranked by the order in which they were kept; the best finished sequence is the earliest
+    one found among equal scores.
+
+    Working batch: the live prefixes of all unfinished contexts, grouped by context in rank
+    order; ``model.select`` repeats and reorders their states, and finished contexts leave.
+    Tokens are recovered at the end from back-pointers (one loop over time).
+    """
+    batch, width = contexts.shape[0], beam_size
+    per_row = min(width, vocab_size)  # a row contributes at most this many expansions
+    state, log_probs = model.initial_state(contexts)
+    _check_step_log_probs(log_probs, batch, vocab_size, "initial_state")
+    device, dtype = log_probs.device, _score_dtype(log_probs)
+    long = dict(dtype=torch.long, device=device)
+
+    # Back-pointers: the kept expansions of each context at each step, in kept order.
+    kept_tokens = torch.full((batch, max_len, width), PAD, **long)
+    kept_parents = torch.zeros((batch, max_len, width), **long)
+    # What each context returns: the step and kept position of its last token.
+    end_step = torch.full((batch,), max_len - 1, **long)
+    end_position = torch.zeros(batch, **long)
+    best_score = torch.full((batch,), _NEG_INF, dtype=dtype, device=device)
+    n_finished = torch.zeros(batch, **long)
+    has_finished = torch.zeros(batch, dtype=torch.bool, device=device)
+
+    # Working rows (one per live prefix) and the contexts still being decoded.
+    active = torch.arange(batch, device=device)  # context id of each active slot a
+    row_slot = torch.arange(batch, device=device)  # active slot of each row's context
+    row_rank = torch.zeros(batch, **long)  # rank of the row's prefix in its live beam
+    row_position = torch.zeros(batch, **long)  # kept position of the prefix at step t - 1
+    row_score = torch.zeros(batch, dtype=dtype, device=device)
+
+    for t in range(max_len):
+        n_active, n_rows = active.numel(), row_slot.numel()
+        # 1. Each row's best expansions (the global best are among them).
+        expansion_scores = row_score[:, None] + log_probs.to(dtype)
+        row_tokens = _top_k_mask(expansion_scores, per_row).nonzero()[:, 1].view(n_rows, per_row)
+        row_token_scores = expansion_scores.gather(1, row_tokens)
+        # 2. Lay them out per context as [slot, rank, j]; missing ranks are padding.
+        grid_scores = torch.full((n_active, width, per_row), _NEG_INF, dtype=dtype, device=device)
+        grid_tokens = torch.zeros((n_active, width, per_row), **long)
+        grid_rows = torch.full((n_active, width), -1, **long)
+        grid_scores[row_slot, row_rank] = row_token_scores
+        grid_tokens[row_slot, row_rank] = row_tokens
+        grid_rows[row_slot, row_rank] = torch.arange(n_rows, device=device)
+        # 3. Keep the `width` best per context. The stable sort keeps (rank, token) order
+        #    among ties, and padding (highest ranks) after every real expansion.
+        flat_scores = grid_scores.view(n_active, width * per_row)
+        order = torch.sort(flat_scores, dim=1, descending=True, stable=True).indices[:, :width]
+        scores = flat_scores.gather(1, order)
+        tokens = grid_tokens.view(n_active, -1).gather(1, order)
+        parent_rows = grid_rows.gather(1, order // per_row)
+        real = parent_rows >= 0
+        parent_rows = parent_rows.masked_fill(~real, 0)
+        kept_tokens[active, t] = tokens.masked_fill(~real, PAD)
+        kept_parents[active, t] = row_position[parent_rows]
+        # 4. Kept expansions ending in eos join the finished set S.
+        ends = real & (tokens == eos_id)
+        lives = real & (tokens != eos_id)
+        any_end = ends.any(dim=1)
+        first_end = ends.int().argmax(dim=1)  # the best of this step's finished (kept order)
+        first_end_score = scores.gather(1, first_end[:, None]).squeeze(1)
+        improves = any_end & (~has_finished[active] | (first_end_score > best_score[active]))
+        improved = active[improves]
+        best_score[improved] = first_end_score[improves]
+        end_step[improved] = t
+        end_position[improved] = first_end[improves]
+        has_finished[active] |= any_end
+        n_finished[active] += ends.sum(dim=1)
+        # 5. Contexts that stop; those with an empty S return their best live prefix.
+        done = (n_finished[active] >= width) | ~lives.any(dim=1) | (t + 1 == max_len)
+        unfinished_done = done & ~has_finished[active]
+        first_live = lives.int().argmax(dim=1)
+        fallback = active[unfinished_done]
+        end_step[fallback] = t
+        end_position[fallback] = first_live[unfinished_done]
+        best_score[fallback] = scores.gather(1, first_live[:, None]).squeeze(1)[unfinished_done]
+        going_on = ~done
+        if not bool(going_on.any()):
+            break
+        # 6. The next working batch: live prefixes of the contexts that go on.
+        slot, position = (lives & going_on[:, None]).nonzero(as_tuple=True)
+        state = model.select(state, parent_rows[slot, position])
+        next_tokens = tokens[slot, position]
+        row_score = scores[slot, position]
+        row_rank = (lives.cumsum(dim=1) - 1)[slot, position]
+        row_position = position
+        row_slot = (going_on.cumsum(dim=0) - 1)[slot]
+        active = active[going_on]
+        state, log_probs = model.step(state, next_tokens)
+        _check_step_log_probs(log_probs, next_tokens.numel(), vocab_size, "step")
+
+    tokens = _follow_back_pointers(kept_tokens, kept_parents, end_step, end_position)
+    return tokens, end_step + 1, has_finished, best_score
+
+
+def _follow_back_pointers(kept_tokens, kept_parents, end_step, end_position):
+    """Rebuild each context's returned sequence from the back-pointers, last token first."""
+    batch, max_len, _ = kept_tokens.shape
+    rows = torch.arange(batch, device=kept_tokens.device)
+    tokens = torch.full((batch, max_len), PAD, dtype=torch.long, device=kept_tokens.device)
+    position = end_position
+    for t in reversed(range(max_len)):
+        inside = t <= end_step
+        tokens[:, t] = torch.where(inside, kept_tokens[rows, t, position], PAD)
+        position = torch.where(inside, kept_parents[rows, t, position], position)
+    return tokens
