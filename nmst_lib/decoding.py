@@ -354,8 +354,13 @@ def decode(
       tokens (Def. 2.6; see :func:`top_k_mask`);
     * ``"nucleus"``: the same over the smallest set of most probable tokens of mass >= ``p``
       (Def. 2.7; Choi et al. 2023, Def. A.2; see :func:`nucleus_mask`);
-    * ``"beam"``: beam search of width ``beam_size`` (Welleck et al. 2020, Def. A.2; see
-      :func:`_beam_search` in the source for the exact rules).
+    * ``"beam"``: beam search of width ``beam_size`` (Welleck et al. 2020, Def. A.2): at
+      each step the ``beam_size`` best expansions of all live prefixes (score = sum of
+      log-probs, no length normalisation) are kept, and those ending in eos move to the
+      finished set; a context stops at ``beam_size`` finished sequences, with no live prefix
+      left, or at ``max_len``, and returns its best finished sequence, else its best live
+      prefix (not terminated). Ties go to the expansion of the higher-ranked prefix, then
+      to the smaller token id.
 
     ``consistent=True`` (top-k and nucleus only) adds eos to every candidate set
     (Welleck et al. 2020, Defs. 4.1-4.2; Chapter 3, 03_consistent_sampling).
