@@ -1,0 +1,77 @@
+"""The first cell of every chapter: seeds, device and figure style in one call.
+
+Every chapter notebook starts with a Colab-only install cell and then::
+
+    from nmst_lib.notebook import setup_notebook
+    device = setup_notebook(seed=0)
+
+so that a chapter gives the same numbers on every run (on the same device) and uses a GPU
+when Colab attaches one (DESIGN.md, "Habits worth copying": seeds and device selection in
+the first cell). The figure style is the colour-blind-safe palette of :mod:`nmst_lib.plots`.
+Used by every chapter, from Chapter 1 (``01_decoding``) on.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+import nmst_lib
+
+from ._validation import check_positive_int
+from .plots import COLORS, use_book_style
+
+__all__ = ["COLORS", "pick_device", "seed_everything", "setup_notebook"]
+
+
+def seed_everything(seed: int = 0) -> int:
+    """Seed Python's ``random``, NumPy's global generator and torch (CPU and every GPU).
+
+    Chapters that need several independent streams should still pass explicit
+    ``torch.Generator`` objects to the library; this only makes a whole notebook
+    reproducible run to run. Returns the seed (a non-negative integer).
+    """
+    seed = check_positive_int(seed, "seed", minimum=0)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    return seed
+
+
+def pick_device() -> torch.device:
+    """``cuda`` when a GPU is available (Colab with a GPU runtime), else ``cpu``.
+
+    The library runs the same code path on both; only speed differs.
+    """
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def setup_notebook(seed: int = 0, *, style: bool = True, verbose: bool = True) -> torch.device:
+    """Seed everything, pick the device and set the book's figure style; return the device.
+
+    Args:
+        seed: non-negative integer for :func:`seed_everything`.
+        style: apply :func:`nmst_lib.plots.use_book_style` (Okabe-Ito colours, labelled,
+            uncluttered axes) to matplotlib.
+        verbose: print the seed, the device (and the GPU's name) and the versions used, so a
+            reader can tell which run produced a page.
+
+    Returns:
+        ``torch.device("cuda")`` if a GPU is available, else ``torch.device("cpu")``.
+
+    Used in the first cell of every chapter (Chapter 1, ``01_decoding``, onwards).
+    """
+    if not isinstance(style, bool) or not isinstance(verbose, bool):
+        raise TypeError("style and verbose must be True or False")
+    seed = seed_everything(seed)
+    device = pick_device()
+    if style:
+        use_book_style()
+    if verbose:
+        where = str(device)
+        if device.type == "cuda":
+            where += f" ({torch.cuda.get_device_name(device)})"
+        print(f"seed: {seed} | device: {where} | torch {torch.__version__} | nmst_lib {nmst_lib.__version__}")
+    return device

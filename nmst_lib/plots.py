@@ -1,0 +1,767 @@
+"""Figures of the book: static matplotlib plots and explorers that stay interactive offline.
+
+Two kinds of figures live here.
+
+* **The eos-probability explorer** (Chapters 4 and 5, ``04_self_terminating`` and
+  ``05_nmst``): p(eos | t) of the vanilla (VA), self-terminating (ST; Welleck et al. 2020,
+  Def. 4.3) and non-monotonic self-terminating (NMST; Choi, Cho, Lee 2023, Def. 6, eq. 10)
+  output layers for one trajectory of the eos mixing weight lambda(t), with the lower bound
+  f_lb(t) = 1 - (1 - eps)^t and the step B = -log 2 / log(1 - eps) after which f_lb > 1/2
+  (Welleck et al. 2020, proof of Thm. 4.2). The probabilities come from
+  :mod:`nmst_lib.heads`, so the figure shows exactly what the library computes.
+* **r_nt(L) curves** (Chapter 2, ``02_consistency``, and Chapter 6, ``06_wikitext``):
+  the non-termination ratio of Choi, Cho, Lee (2023), eq. 11, on log-log axes.
+
+Every interactive figure has two front-ends built on ONE drawing function: an
+``ipywidgets`` version for a live kernel (Colab, Jupyter) and a self-contained HTML version
+for the static website, where every setting of the controls was rendered in advance to a PNG
+frame and a few lines of JavaScript switch frames when a slider or menu moves (no kernel, no
+network). Colours are the colour-blind-safe palette of Okabe and Ito (2008).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import itertools
+import json
+import numbers
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+
+from ._validation import check_eps, check_positive_int
+from .heads import eos_lower_bound, nmst_eos_log_probs, st_eos_log_probs, vanilla_log_probs
+from .theory import half_life_bound
+
+__all__ = [
+    "COLORS",
+    "Palette",
+    "HEAD_STYLES",
+    "EOS_SHAPES",
+    "Control",
+    "use_book_style",
+    "eos_trajectory",
+    "eos_probabilities",
+    "plot_eos_probabilities",
+    "eos_explorer_widget",
+    "eos_explorer_html",
+    "rnt_plot",
+    "rnt_explorer_html",
+    "explorer_html",
+]
+
+class Palette(tuple):
+    """An ordered tuple of colours that can also be indexed by name: ``COLORS[0]`` or ``COLORS["blue"]``.
+
+    Iterating or indexing by position gives the colours in the order the book cycles through
+    them; the dict ``names`` maps each name to its colour.
+    """
+
+    def __new__(cls, named: Mapping[str, str]):
+        palette = super().__new__(cls, named.values())
+        palette.names = dict(named)
+        return palette
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            try:
+                return self.names[key]
+            except KeyError:
+                raise KeyError(f"no colour named {key!r}; the palette has {list(self.names)}") from None
+        return super().__getitem__(key)
+
+
+#: The Okabe-Ito palette (Okabe and Ito 2008), distinguishable with every common form of
+#: colour blindness; the book's only colours, in the order figures cycle through them.
+#: Index by position (``COLORS[0]``) or by name (``COLORS["vermillion"]``).
+COLORS = Palette(
+    {
+        "blue": "#0072B2",
+        "vermillion": "#D55E00",
+        "green": "#009E73",
+        "purple": "#CC79A7",
+        "orange": "#E69F00",
+        "sky_blue": "#56B4E9",
+        "black": "#000000",
+        "yellow": "#F0E442",
+    }
+)
+
+#: Colour and line style of each output layer, used by every figure that compares them
+#: (VA dotted, ST dashed, NMST solid, as in Choi, Cho, Lee 2023, Fig. 2).
+HEAD_STYLES: dict[str, dict[str, object]] = {
+    "VA": {"color": COLORS["vermillion"], "linestyle": ":", "linewidth": 2.2},
+    "ST": {"color": COLORS["blue"], "linestyle": "--", "linewidth": 2.0},
+    "NMST": {"color": COLORS["green"], "linestyle": "-", "linewidth": 2.0},
+}
+
+_CYCLE = list(COLORS[:7])  # yellow is too light for lines on white
+_LINESTYLES = ["-", "--", ":", "-."]
+
+#: Trajectories of lambda(t) offered by :func:`eos_trajectory`, with their descriptions.
+EOS_SHAPES: dict[str, str] = {
+    "one_stop": "could end once (t = t0), never again",
+    "remark1": "Remark 1: may end at t0 (p = amplitude), must end at t1",
+    "fading": "fading: lambda(t) = amplitude * t0 / (t0 + t)",
+}
+
+_SHAPE_NAMES = {"one_stop": "may stop once", "remark1": "Remark 1", "fading": "fading"}
+_HEADS = ("VA", "ST", "NMST")
+_T_LABEL = "step t (tokens)"
+_L_LABEL = "maximal length L (generated tokens)"
+
+
+def use_book_style() -> None:
+    """Set matplotlib's defaults to the book's style: Okabe-Ito colours, light grids, no top/right spines.
+
+    Called by :func:`nmst_lib.notebook.setup_notebook` in the first cell of every chapter
+    (Chapter 1, ``01_decoding``, onwards).
+    """
+    matplotlib.rcParams.update(
+        {
+            "axes.prop_cycle": matplotlib.cycler(color=_CYCLE),
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "figure.figsize": (7.0, 3.8),
+            "figure.dpi": 100,
+            "savefig.dpi": 100,
+            "savefig.bbox": "tight",
+            "font.size": 11,
+            "legend.frameon": False,
+        }
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The eos probability of VA, ST and NMST along one trajectory (Chapters 4-5)
+# ---------------------------------------------------------------------------------------
+
+
+def _check_probability(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number in (0, 1), got {type(value).__name__}")
+    value = float(value)
+    if not (0.0 < value < 1.0):
+        raise ValueError(f"{name} must lie strictly between 0 and 1, got {value!r}")
+    return value
+
+
+def _check_shape(shape) -> str:
+    if shape not in EOS_SHAPES:
+        raise ValueError(f"shape must be one of {sorted(EOS_SHAPES)}, got {shape!r}")
+    return shape
+
+
+def _logit(p: torch.Tensor) -> torch.Tensor:
+    """log(p) - log(1 - p), exact for p near 0 and near 1."""
+    return torch.log(p) - torch.log1p(-p)
+
+
+def eos_trajectory(
+    t_max: int,
+    shape: str = "one_stop",
+    amplitude: float = 0.5,
+    *,
+    t0: int = 5,
+    t1: int = 12,
+    baseline: float = 1e-3,
+) -> torch.Tensor:
+    """The eos logit z_t = logit(lambda(t)) for t = 1, ..., t_max along a named trajectory.
+
+    lambda(t) is the NMST mixing weight sigma(u_eos . h_t) of Choi, Cho, Lee (2023), Def. 6
+    (eq. 10, Fig. 1): how much the model itself wants to stop at step t. The trajectories
+    (``shape``) are:
+
+    * ``"one_stop"``: lambda = ``amplitude`` at t = t0 (the text could end there, e.g. after
+      "I am a boy") and ``baseline`` everywhere else: the model never wants to stop again.
+    * ``"remark1"``: the optimal trajectory of Choi, Cho, Lee (2023), Remark 1 (with the
+      probabilities kept inside (0, 1)): ``amplitude`` at t0 where the shorter training
+      sequence ends, ``baseline`` until t1 where the longer one ends, 1 - ``baseline`` from
+      t1 on. Non-monotone.
+    * ``"fading"``: lambda(t) = amplitude * t0 / (t0 + t), a model that grows ever less
+      willing to stop (p(eos) -> 0, like the inconsistent RNN of Welleck et al. 2020, Thm. 3.4).
+
+    Returns a float64 tensor of shape ``[t_max]`` (entry ``t - 1`` is step t), exact in log
+    space. Chapters 4-5 (``04_self_terminating``, ``05_nmst``).
+    """
+    t_max = check_positive_int(t_max, "t_max")
+    shape = _check_shape(shape)
+    amplitude = _check_probability(amplitude, "amplitude")
+    baseline = _check_probability(baseline, "baseline")
+    t0 = check_positive_int(t0, "t0")
+    t1 = check_positive_int(t1, "t1")
+    if shape == "remark1" and not t0 < t1:
+        raise ValueError(f"the Remark 1 trajectory needs t0 < t1, got t0={t0}, t1={t1}")
+    t = torch.arange(1, t_max + 1, dtype=torch.float64)
+    lam = torch.full_like(t, baseline)
+    if shape == "one_stop":
+        lam[t == t0] = amplitude
+    elif shape == "remark1":
+        lam[t == t0] = amplitude
+        lam[t >= t1] = 1.0 - baseline
+    else:  # fading
+        lam = amplitude * t0 / (t0 + t)
+    return _logit(lam)
+
+
+def eos_probabilities(eos_logits: torch.Tensor, eps: float, heads: Sequence[str] = _HEADS) -> dict[str, torch.Tensor]:
+    """p(eos | t) of the VA, ST and NMST output layers for one eos-logit trajectory z_1, ..., z_T.
+
+    The vocabulary is reduced to eos and one competing token of logit 0, which loses nothing:
+    every layer below gives eos a probability that depends only on the eos logit and (for VA)
+    the log-sum-exp of the other logits. With lambda(t) = sigma(z_t):
+
+    * VA (softmax): p = sigma(z_t) = lambda(t).
+    * NMST (Choi, Cho, Lee 2023, Def. 6, eq. 10): p = (1 - lambda(t)) f_lb(t) + lambda(t),
+      with f_lb(t) = 1 - (1 - eps)^t; computed by :func:`nmst_lib.heads.nmst_eos_log_probs`.
+    * ST (Welleck et al. 2020, Def. 4.3): p = 1 - prod_{s <= t} (1 - eps) sigma(u_eos . h_s).
+      ST's sigmoid is a probability of *continuing*, so ST is given the negated logit -z_t:
+      both self-terminating layers then receive the same per-step wish to stop lambda(t), and
+      ST's p(eos) becomes 1 - prod_{s <= t} (1 - eps)(1 - lambda(s)), which can never decrease.
+      Computed by :func:`nmst_lib.heads.st_eos_log_probs`.
+
+    Args:
+        eos_logits: float tensor ``[T]``, entry ``t - 1`` is z_t (e.g. :func:`eos_trajectory`).
+        eps: the lower-bound rate in (0, 1).
+        heads: which of ``"VA"``, ``"ST"``, ``"NMST"`` to compute.
+
+    Returns:
+        ``{head: float64 tensor [T]}`` of probabilities, on the device of ``eos_logits``.
+        Chapters 4-5 (``04_self_terminating``, ``05_nmst``).
+    """
+    eps = check_eps(eps)
+    if not isinstance(eos_logits, torch.Tensor) or not eos_logits.is_floating_point() or eos_logits.dim() != 1:
+        raise TypeError("eos_logits must be a 1-D floating-point torch.Tensor [T] (entry t-1 is step t)")
+    heads = _check_heads(heads)
+    z = eos_logits.to(torch.float64)
+    out: dict[str, torch.Tensor] = {}
+    for head in heads:
+        if head == "VA":  # eos against one token of logit 0
+            log_p = vanilla_log_probs(torch.stack([torch.zeros_like(z), z], dim=-1))[..., 1]
+        elif head == "NMST":
+            log_p, _ = nmst_eos_log_probs(z, eps)
+        else:  # ST: its sigmoid is the probability of going on
+            log_p, _ = st_eos_log_probs(-z, eps)
+        out[head] = log_p.exp()
+    return out
+
+
+def _check_heads(heads) -> tuple[str, ...]:
+    if isinstance(heads, str) or not isinstance(heads, Sequence) or len(heads) == 0:
+        raise TypeError(f"heads must be a non-empty sequence drawn from {_HEADS}, e.g. ('VA', 'NMST')")
+    for head in heads:
+        if head not in _HEADS:
+            raise ValueError(f"unknown head {head!r}; allowed: {_HEADS}")
+    return tuple(heads)
+
+
+def _plot_steps(t_max: int, dense_until: int = 1000, n_log: int = 1500) -> np.ndarray:
+    """Integer steps to draw: every step up to ``dense_until`` (narrow bumps stay visible),
+    then log-spaced steps up to ``t_max``."""
+    dense = np.arange(1, min(t_max, dense_until) + 1)
+    if t_max <= dense_until:
+        return dense
+    sparse = np.unique(np.geomspace(dense_until, t_max, n_log).round().astype(np.int64))
+    return np.unique(np.concatenate([dense, sparse]))
+
+
+def _format_number(value) -> str:
+    """1e-05 -> '1e-5', 0.5 -> '0.5', 'greedy' -> 'greedy'."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return str(value)
+    value = float(value)
+    if value != 0 and (abs(value) <= 1e-2 or abs(value) >= 1e5):
+        mantissa, exponent = f"{value:.0e}".split("e")
+        if float(mantissa) * 10 ** int(exponent) == value:
+            return f"{mantissa}e{int(exponent)}"
+        return f"{value:.3g}"
+    return f"{value:g}"
+
+
+def plot_eos_probabilities(
+    eps: float = 1e-3,
+    shape: str = "one_stop",
+    amplitude: float = 0.5,
+    *,
+    heads: Sequence[str] = _HEADS,
+    t_max: int = 10**6,
+    t0: int = 5,
+    t1: int = 12,
+    baseline: float = 1e-3,
+    yscale: str = "linear",
+    show_lower_bound: bool = True,
+    show_half_life: bool = True,
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """Draw p(eos | t) of VA, ST and NMST against the step t (log axis) for one lambda(t) trajectory.
+
+    The trajectory is :func:`eos_trajectory` (``shape``, ``amplitude``, ``t0``, ``t1``,
+    ``baseline``); the probabilities are :func:`eos_probabilities`. Drawn in as well: the
+    lower bound f_lb(t) = 1 - (1 - eps)^t of ST and NMST (Choi, Cho, Lee 2023, Fig. 1), and
+    the step B = -log 2 / log(1 - eps) (:func:`nmst_lib.theory.half_life_bound`) after which
+    f_lb(t) > 1/2, so that eos is the most probable token of both self-terminating layers
+    (Welleck et al. 2020, proof of Thm. 4.2; Choi, Cho, Lee 2023, Thm. 3).
+
+    This is the one drawing function behind :func:`eos_explorer_widget` and
+    :func:`eos_explorer_html`. Returns the figure (drawn into ``ax`` when given).
+    Chapters 4-5 (``04_self_terminating``, ``05_nmst``).
+    """
+    eps = check_eps(eps)
+    heads = _check_heads(heads)
+    if yscale not in ("linear", "log"):
+        raise ValueError(f"yscale must be 'linear' or 'log', got {yscale!r}")
+    z = eos_trajectory(t_max, shape, amplitude, t0=t0, t1=t1, baseline=baseline)
+    probs = eos_probabilities(z, eps, heads)
+    steps = _plot_steps(t_max)
+    index = torch.from_numpy(steps - 1)
+    fig, ax = _figure_and_axes(ax)
+
+    if show_lower_bound:
+        f_lb = eos_lower_bound(torch.from_numpy(steps).double(), eps)
+        ax.plot(steps, f_lb.numpy(), color=COLORS["black"], linewidth=1.0, linestyle="-.",
+                label=r"$f_{lb}(t) = 1-(1-\epsilon)^t$")
+    labels = {"VA": r"VA: $\lambda(t)$", "ST": "ST", "NMST": r"NMST: $(1-\lambda)f_{lb} + \lambda$"}
+    on_top = {"VA": 4, "ST": 3, "NMST": 2}  # the dotted VA line stays visible where curves coincide
+    for head in heads:
+        ax.plot(steps, probs[head][index].cpu().numpy(), label=labels[head], zorder=on_top[head], **HEAD_STYLES[head])
+    if show_half_life:
+        B = half_life_bound(eps)
+        if B <= t_max:
+            ax.axvline(B, color=COLORS["sky_blue"], linewidth=1.2)
+            ax.annotate(f"B = {B:,.0f}", xy=(B, 0.62), xycoords=("data", "axes fraction"), xytext=(-4, 0),
+                        textcoords="offset points", ha="right", va="center", fontsize=9,
+                        bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
+
+    ax.set_xscale("log")
+    ax.set_xlim(1, t_max)
+    if yscale == "log":
+        ax.set_yscale("log")
+        ax.set_ylim(min(baseline, eps) / 3, 1.5)
+    else:
+        ax.set_ylim(-0.02, 1.04)
+    ax.set_xlabel(_T_LABEL)
+    ax.set_ylabel(r"$p(\langle eos\rangle \mid y_{<t}, x)$")
+    ax.set_title(rf"$\epsilon$ = {_format_number(eps)};  $\lambda(t)$: {EOS_SHAPES[shape]}", fontsize=10)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    return fig
+
+
+def _figure_and_axes(ax):
+    """A new figure laid out for a legend on the right (fixed margins: no tight-bbox pass when
+    an explorer renders dozens of frames), or the figure of ``ax``."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8.6, 3.6))
+        fig.subplots_adjust(left=0.08, right=0.64, bottom=0.15, top=0.9)
+    else:
+        fig = ax.figure
+    return fig, ax
+
+
+# ---------------------------------------------------------------------------------------
+# Static explorers: pre-rendered frames switched by JavaScript (no kernel, no network)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Control:
+    """One control of a static explorer: a slider (``kind="slider"``) or a menu (``kind="dropdown"``).
+
+    ``values`` are passed to the drawing function under ``name``; ``label`` is shown next to the
+    control; ``initial`` is the index shown first; ``shown`` (optional, one string per value)
+    is what the reader sees for each value (default: the value, numbers written compactly).
+    Used by :func:`explorer_html`.
+    """
+
+    name: str
+    values: tuple
+    label: str = ""
+    kind: str = "slider"
+    initial: int = 0
+    shown: tuple | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"a control's name must be a Python identifier, got {self.name!r}")
+        values = tuple(self.values)
+        if len(values) == 0:
+            raise ValueError(f"control {self.name!r} needs at least one value")
+        object.__setattr__(self, "values", values)
+        if self.kind not in ("slider", "dropdown"):
+            raise ValueError(f"a control's kind must be 'slider' or 'dropdown', got {self.kind!r}")
+        if isinstance(self.initial, bool) or not isinstance(self.initial, int) or not 0 <= self.initial < len(values):
+            raise ValueError(f"initial must be an index into the {len(values)} values of {self.name!r}, got {self.initial!r}")
+        if self.shown is None:
+            object.__setattr__(self, "shown", tuple(_format_number(v) for v in values))
+        else:
+            shown = tuple(str(text) for text in self.shown)
+            if len(shown) != len(values):
+                raise ValueError(f"shown must give one text per value of {self.name!r} ({len(values)}), got {len(shown)}")
+            object.__setattr__(self, "shown", shown)
+
+
+def _png_data_uri(fig: Figure, dpi: int) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _control_html(index: int, control: Control) -> str:
+    label = html.escape(control.label or control.name)
+    shown = [html.escape(text) for text in control.shown]
+    if control.kind == "slider":
+        widget = (
+            f'<input type="range" min="0" max="{len(control.values) - 1}" step="1" value="{control.initial}" '
+            f'data-control="{index}" aria-label="{label}" style="vertical-align: middle; width: 10em;">'
+            f' <output style="font-family: monospace; min-width: 4em; display: inline-block;">{shown[control.initial]}</output>'
+        )
+    else:
+        options = "".join(
+            f'<option value="{i}"{" selected" if i == control.initial else ""}>{text}</option>' for i, text in enumerate(shown)
+        )
+        widget = f'<select data-control="{index}" aria-label="{label}">{options}</select>'
+    return f'<label style="margin-right: 1.5em; white-space: nowrap;">{label} {widget}</label>'
+
+
+_EXPLORER_JS = """
+(function () {
+  var root = document.getElementById("%(id)s");
+  if (!root || root.getAttribute("data-ready")) { return; }
+  root.setAttribute("data-ready", "1");
+  var data = JSON.parse(root.querySelector("script.nmst-explorer-data").textContent);
+  var image = root.querySelector("img.nmst-explorer-frame");
+  var inputs = root.querySelectorAll("[data-control]");
+  function update() {
+    var index = 0;
+    for (var i = 0; i < inputs.length; i++) {
+      var c = parseInt(inputs[i].getAttribute("data-control"), 10);
+      var v = parseInt(inputs[i].value, 10);
+      index = index * data.sizes[c] + v;
+      var out = inputs[i].parentNode.querySelector("output");
+      if (out) { out.textContent = data.labels[c][v]; }
+    }
+    image.src = data.frames[index];
+    image.setAttribute("data-frame", index);
+  }
+  for (var i = 0; i < inputs.length; i++) {
+    inputs[i].addEventListener("input", update);
+    inputs[i].addEventListener("change", update);
+  }
+  update();
+})();
+"""
+
+
+def explorer_html(
+    draw: Callable[..., Figure],
+    controls: Sequence[Control],
+    *,
+    alt: str = "",
+    caption: str = "",
+    dpi: int = 80,
+):
+    """A self-contained HTML figure with sliders and menus that works without a kernel.
+
+    ``draw(**{c.name: value for c in controls})`` is called once for every combination of
+    control values (row-major, the last control varying fastest); each figure is stored as a
+    base64 PNG frame, and a few lines of plain JavaScript show the frame that matches the
+    controls. Nothing is loaded from the network, so the page works offline, from ``file://``,
+    in Jupyter, in Colab and on the book's static website (DESIGN.md: "figures that stay
+    interactive without a kernel"). Returns an ``IPython.display.HTML`` object.
+
+    Keep ``len(frames)`` = the product of the number of values modest (tens): every frame is
+    embedded in the page.
+    """
+    from IPython.display import HTML
+
+    controls = list(controls)
+    if not controls or not all(isinstance(c, Control) for c in controls):
+        raise TypeError("controls must be a non-empty sequence of nmst_lib.plots.Control")
+    if len({c.name for c in controls}) != len(controls):
+        raise ValueError("control names must be distinct")
+    if not callable(draw):
+        raise TypeError("draw must be a function returning a matplotlib Figure")
+    dpi = check_positive_int(dpi, "dpi", minimum=20)
+
+    frames = []
+    for combination in itertools.product(*(c.values for c in controls)):
+        fig = draw(**{c.name: value for c, value in zip(controls, combination)})
+        if not isinstance(fig, Figure):
+            raise TypeError(f"draw must return a matplotlib Figure, got {type(fig).__name__}")
+        frames.append(_png_data_uri(fig, dpi))
+        plt.close(fig)
+
+    initial = 0
+    for c in controls:
+        initial = initial * len(c.values) + c.initial
+    explorer_id = "nmst-explorer-" + uuid.uuid4().hex[:12]
+    data = {
+        "sizes": [len(c.values) for c in controls],
+        "labels": [list(c.shown) for c in controls],
+        "frames": frames,
+    }
+    payload = json.dumps(data).replace("</", "<\\/")
+    alt_text = html.escape(alt or "figure; move the controls above it to change it")
+    caption_html = f'<div style="font-size: 0.9em; color: #444;">{html.escape(caption)}</div>' if caption else ""
+    body = (
+        f'<div class="nmst-explorer" id="{explorer_id}" data-frames="{len(frames)}" style="margin: 0.5em 0;">'
+        f'<div class="nmst-explorer-controls" style="margin-bottom: 0.3em;">'
+        + "".join(_control_html(i, c) for i, c in enumerate(controls))
+        + "</div>"
+        f'<img class="nmst-explorer-frame" src="{frames[initial]}" data-frame="{initial}" alt="{alt_text}" '
+        f'style="max-width: 100%; height: auto;">'
+        f"{caption_html}"
+        f'<script type="application/json" class="nmst-explorer-data">{payload}</script>'
+        f"<script>{_EXPLORER_JS % {'id': explorer_id}}</script>"
+        "</div>"
+    )
+    return HTML(body)
+
+
+_EXPLORER_EPS = (1e-5, 1e-4, 1e-3, 1e-2)
+_EXPLORER_AMPLITUDES = (0.1, 0.4, 0.7, 0.95)
+
+
+def eos_explorer_html(
+    eps_values: Sequence[float] = _EXPLORER_EPS,
+    amplitudes: Sequence[float] = _EXPLORER_AMPLITUDES,
+    shapes: Sequence[str] = tuple(EOS_SHAPES),
+    *,
+    initial_eps: float | None = 1e-3,
+    dpi: int = 80,
+    **plot_kwargs,
+):
+    """The eos-probability explorer for the static website: sliders for eps and amplitude, a menu for lambda(t).
+
+    Every combination of ``eps_values`` x ``amplitudes`` x ``shapes`` is drawn once with
+    :func:`plot_eos_probabilities` (extra keyword arguments go to it) and embedded as a PNG
+    frame (see :func:`explorer_html`): moving a slider on the built page switches the figure
+    without a kernel. The live-kernel twin is :func:`eos_explorer_widget`.
+    Chapters 4-5 (``04_self_terminating``, ``05_nmst``).
+    """
+    eps_values = tuple(check_eps(e) for e in eps_values)
+    amplitudes = tuple(_check_probability(a, "amplitude") for a in amplitudes)
+    shapes = tuple(_check_shape(s) for s in shapes)
+    if not eps_values or not amplitudes or not shapes:
+        raise ValueError("eps_values, amplitudes and shapes must each hold at least one value")
+    eps_start = eps_values.index(initial_eps) if initial_eps in eps_values else 0
+    controls = [
+        Control("shape", shapes, label="λ(t)", kind="dropdown", shown=tuple(_SHAPE_NAMES[s] for s in shapes)),
+        Control("eps", eps_values, label="ε", initial=eps_start),
+        Control("amplitude", amplitudes, label="amplitude", initial=min(1, len(amplitudes) - 1)),
+    ]
+
+    def draw(shape, eps, amplitude):
+        return plot_eos_probabilities(eps, shape, amplitude, **plot_kwargs)
+
+    return explorer_html(
+        draw,
+        controls,
+        dpi=dpi,
+        alt="p(eos | t) of the VA, ST and NMST output layers against the step t on a log axis, "
+        "with the lower bound f_lb(t) and the step B",
+    )
+
+
+def eos_explorer_widget(
+    eps_values: Sequence[float] = _EXPLORER_EPS,
+    amplitudes: Sequence[float] = _EXPLORER_AMPLITUDES,
+    shapes: Sequence[str] = tuple(EOS_SHAPES),
+    **plot_kwargs,
+):
+    """The eos-probability explorer as an ``ipywidgets.interactive`` for a live kernel (Colab, Jupyter).
+
+    Same drawing function (:func:`plot_eos_probabilities`) and same controls as
+    :func:`eos_explorer_html`; here every move of a control redraws the figure in the kernel.
+    Returns the ``interactive`` widget (display it, or make it the last expression of a cell).
+    Chapters 4-5 (``04_self_terminating``, ``05_nmst``).
+    """
+    import ipywidgets as widgets
+    from IPython.display import display
+
+    eps_values = tuple(check_eps(e) for e in eps_values)
+    amplitudes = tuple(_check_probability(a, "amplitude") for a in amplitudes)
+    shapes = tuple(_check_shape(s) for s in shapes)
+
+    def draw(shape, eps, amplitude):
+        fig = plot_eos_probabilities(eps, shape, amplitude, **plot_kwargs)
+        display(fig)
+        plt.close(fig)
+
+    eps_start = eps_values[eps_values.index(1e-3)] if 1e-3 in eps_values else eps_values[0]
+    return widgets.interactive(
+        draw,
+        shape=widgets.Dropdown(options=[(_SHAPE_NAMES[s], s) for s in shapes], value=shapes[0], description="λ(t)"),
+        eps=widgets.SelectionSlider(options=[(_format_number(e), e) for e in eps_values], value=eps_start, description="ε"),
+        amplitude=widgets.SelectionSlider(
+            options=[(_format_number(a), a) for a in amplitudes],
+            value=amplitudes[min(1, len(amplitudes) - 1)],
+            description="amplitude",
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# r_nt(L) curves (Chapters 2 and 6)
+# ---------------------------------------------------------------------------------------
+
+
+def _check_curve(label, curve) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        Ls, rnt = curve
+    except (TypeError, ValueError):
+        raise TypeError(f"curve {label!r} must be a pair (Ls, rnt) of equal-length 1-D arrays") from None
+    Ls = np.asarray(Ls.cpu() if isinstance(Ls, torch.Tensor) else Ls, dtype=np.float64)
+    rnt = np.asarray(rnt.cpu() if isinstance(rnt, torch.Tensor) else rnt, dtype=np.float64)
+    if Ls.ndim != 1 or rnt.shape != Ls.shape or Ls.size == 0:
+        raise ValueError(f"curve {label!r}: Ls and rnt must be 1-D arrays of the same non-zero length, "
+                         f"got shapes {Ls.shape} and {rnt.shape}")
+    if not np.all(Ls >= 1) or not np.all(np.diff(Ls) > 0):
+        raise ValueError(f"curve {label!r}: Ls must be increasing lengths >= 1")
+    if not np.all((rnt >= 0) & (rnt <= 1)):
+        raise ValueError(f"curve {label!r}: r_nt values are fractions and must lie in [0, 1]")
+    return Ls, rnt
+
+
+def _default_style(label: str, i: int) -> dict:
+    head = str(label).split()[0].rstrip(":+,") if str(label).split() else ""
+    if head in HEAD_STYLES:
+        return dict(HEAD_STYLES[head])
+    return {"color": _CYCLE[i % len(_CYCLE)], "linestyle": _LINESTYLES[(i // len(_CYCLE)) % len(_LINESTYLES)], "linewidth": 2.0}
+
+
+def rnt_plot(
+    curves: Mapping[str, tuple],
+    *,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+    styles: Mapping[str, Mapping] | None = None,
+    xlim: tuple[float, float] | None = None,
+    ylim: tuple[float, float] | None = None,
+) -> Figure:
+    """Log-log plot of non-termination ratios r_nt(L) against the maximal length L.
+
+    r_nt(L) is the fraction of contexts whose continuation has no eos among its first L
+    tokens (Choi, Cho, Lee 2023, eq. 11; Welleck et al. 2020's r_L), e.g. from
+    :func:`nmst_lib.metrics.rnt_curve` or the exact :mod:`nmst_lib.markov` curves. A consistent
+    decoder's curve falls to 0 as L grows; an inconsistent one levels off above 0 (Choi, Cho,
+    Lee 2023, Fig. 2). Zeros cannot be drawn on a log axis: a curve that reaches 0 stops there
+    and its legend entry says from which L on it is 0.
+
+    Args:
+        curves: ``{label: (Ls, rnt)}``; labels starting with VA, ST or NMST get that output
+            layer's colour and line style (:data:`HEAD_STYLES`).
+        styles: optional matplotlib keyword arguments per label.
+        xlim, ylim: fixed axis limits (the explorers use them to keep frames comparable).
+
+    Chapters 2 and 6 (``02_consistency``, ``06_wikitext``).
+    """
+    if not isinstance(curves, Mapping) or len(curves) == 0:
+        raise TypeError("curves must be a non-empty mapping {label: (Ls, rnt)}")
+    styles = dict(styles or {})
+    fig, ax = _figure_and_axes(ax)
+    lowest = 1.0
+    for i, (label, curve) in enumerate(curves.items()):
+        Ls, rnt = _check_curve(label, curve)
+        style = _default_style(label, i)
+        style.update(styles.get(label, {}))
+        zero = np.flatnonzero(rnt == 0)
+        shown = f"{label} (0 from L = {Ls[zero[0]]:,.0f})" if zero.size else str(label)
+        positive = np.where(rnt > 0, rnt, np.nan)
+        if np.any(rnt > 0):
+            lowest = min(lowest, float(np.nanmin(positive)))
+        ax.plot(Ls, positive, label=shown, **style)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(_L_LABEL)
+    ax.set_ylabel(r"$r_{nt}(L)$ (fraction not terminated)")
+    if xlim is not None:
+        ax.set_xlim(*xlim)
+    ax.set_ylim(*(ylim if ylim is not None else (min(lowest, 1.0) / 2, 1.5)))
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    return fig
+
+
+def rnt_explorer_html(
+    curves_by_key: Mapping,
+    *,
+    control_names: Sequence[str] | None = None,
+    title: str | None = None,
+    dpi: int = 80,
+):
+    """r_nt(L) curves for many settings on the static website: menus or sliders pick the setting.
+
+    Args:
+        curves_by_key: ``{key: {label: (Ls, rnt)}}``. A key is one value or a tuple of values,
+            one per control (e.g. ``("LSTM", "NMST", 1e-4)`` for architecture, output layer and
+            eps). Each control offers its values in order of first appearance; numeric controls
+            are sliders, the others menus. A combination without curves shows an empty frame
+            that says so.
+        control_names: the label of each key position (default ``"setting"`` or
+            ``"setting 1"``, ``"setting 2"``, ...).
+        title: shown above every frame, followed by the selected setting.
+
+    Every frame is drawn by :func:`rnt_plot` on the same axes limits, so frames compare at a
+    glance (see :func:`explorer_html`). Chapters 2 and 6 (``02_consistency``, ``06_wikitext``).
+    """
+    if not isinstance(curves_by_key, Mapping) or len(curves_by_key) == 0:
+        raise TypeError("curves_by_key must be a non-empty mapping {key: {label: (Ls, rnt)}}")
+    keys = [k if isinstance(k, tuple) else (k,) for k in curves_by_key]
+    width = len(keys[0])
+    if width == 0 or any(len(k) != width for k in keys):
+        raise ValueError("all keys of curves_by_key must have the same number of parts")
+    table = {k if isinstance(k, tuple) else (k,): v for k, v in curves_by_key.items()}
+    if control_names is None:
+        control_names = ["setting"] if width == 1 else [f"setting {i + 1}" for i in range(width)]
+    control_names = [str(n) for n in control_names]
+    if len(control_names) != width:
+        raise ValueError(f"control_names must name each of the {width} parts of a key, got {len(control_names)}")
+
+    values = [list(dict.fromkeys(k[i] for k in keys)) for i in range(width)]
+    all_L, all_r = [], []
+    for key, curves in table.items():
+        if not isinstance(curves, Mapping) or len(curves) == 0:
+            raise TypeError(f"curves_by_key[{key!r}] must be a non-empty mapping {{label: (Ls, rnt)}}")
+        for label, curve in curves.items():
+            Ls, rnt = _check_curve(label, curve)
+            all_L.append(Ls)
+            all_r.append(rnt[rnt > 0])
+    L_all = np.concatenate(all_L)
+    r_all = np.concatenate(all_r)
+    xlim = (float(L_all.min()), float(L_all.max()) * 1.05)
+    ylim = ((float(r_all.min()) if r_all.size else 1e-3) / 2, 1.5)
+
+    def is_numeric(vs):
+        return all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in vs)
+
+    controls = [
+        Control(f"part{i}", tuple(values[i]), label=control_names[i],
+                kind="slider" if is_numeric(values[i]) and len(values[i]) > 1 else "dropdown")
+        for i in range(width)
+    ]
+
+    def draw(**parts):
+        key = tuple(parts[f"part{i}"] for i in range(width))
+        setting = ", ".join(f"{n} = {_format_number(v)}" for n, v in zip(control_names, key))
+        full_title = f"{title}: {setting}" if title else setting
+        if key not in table:
+            fig, ax = _figure_and_axes(None)
+            ax.text(0.5, 0.5, "no result for this combination", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            ax.set_title(full_title, fontsize=10)
+            return fig
+        return rnt_plot(table[key], title=full_title, xlim=xlim, ylim=ylim)
+
+    return explorer_html(draw, controls, dpi=dpi,
+                         alt="non-termination ratio r_nt(L) against the maximal length L, log-log axes")

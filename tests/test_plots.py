@@ -1,0 +1,285 @@
+"""Tests of nmst_lib.plots and nmst_lib.notebook: the figures run headless, the eos explorer
+shows what Definitions 4.3 (Welleck et al. 2020) and 6 (Choi, Cho, Lee 2023) say, and the
+static explorers hold one distinct frame per setting of their controls."""
+
+import json
+import math
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nmst_lib import plots  # noqa: E402
+from nmst_lib.notebook import COLORS, setup_notebook  # noqa: E402
+
+SHAPES = sorted(plots.EOS_SHAPES)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def explorer_payload(html_object):
+    """The JSON data block of a static explorer, and its HTML."""
+    text = html_object.data
+    match = re.search(r'<script type="application/json" class="nmst-explorer-data">(.*?)</script>', text, re.S)
+    assert match, "explorer has no data block"
+    return json.loads(match.group(1).replace("<\\/", "</")), text
+
+
+# --- eos trajectories and probabilities --------------------------------------------------
+
+
+def test_one_stop_trajectory_wants_to_stop_only_at_t0():
+    lam = torch.sigmoid(plots.eos_trajectory(30, "one_stop", 0.7, t0=4, baseline=1e-3))
+    expected = np.full(30, 1e-3)
+    expected[3] = 0.7
+    np.testing.assert_allclose(lam.numpy(), expected, rtol=1e-12)
+
+
+def test_remark1_trajectory_is_not_monotone():
+    lam = torch.sigmoid(plots.eos_trajectory(20, "remark1", 0.5, t0=3, t1=9, baseline=1e-3)).numpy()
+    assert lam[2] == pytest.approx(0.5) and lam[4] == pytest.approx(1e-3) and lam[8] == pytest.approx(1 - 1e-3)
+    assert np.any(np.diff(lam) < 0) and np.any(np.diff(lam) > 0)
+
+
+def test_fading_trajectory_tends_to_zero():
+    t = np.arange(1, 1001)
+    lam = torch.sigmoid(plots.eos_trajectory(1000, "fading", 0.9, t0=5)).numpy()
+    np.testing.assert_allclose(lam, 0.9 * 5 / (5 + t), rtol=1e-10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    eps=st.sampled_from([1e-5, 1e-4, 1e-3, 1e-2, 0.3]),
+    shape=st.sampled_from(SHAPES),
+    amplitude=st.floats(0.01, 0.99),
+)
+def test_eos_probabilities_follow_definitions(eps, shape, amplitude):
+    """VA = lambda; NMST = (1 - lambda) f_lb + lambda (Choi et al. eq. 10);
+    ST = 1 - prod_{s<=t} (1 - eps)(1 - lambda_s) (Welleck et al. Def. 4.3 with the negated logit)."""
+    T = 60
+    z = plots.eos_trajectory(T, shape, amplitude, t0=3, t1=8)
+    p = plots.eos_probabilities(z, eps)
+    lam = 1.0 / (1.0 + np.exp(-z.numpy()))
+    t = np.arange(1, T + 1)
+    f_lb = 1.0 - (1.0 - eps) ** t
+    np.testing.assert_allclose(p["VA"].numpy(), lam, rtol=1e-9)
+    np.testing.assert_allclose(p["NMST"].numpy(), (1 - lam) * f_lb + lam, rtol=1e-9)
+    np.testing.assert_allclose(p["ST"].numpy(), 1 - np.cumprod((1 - eps) * (1 - lam)), rtol=1e-9, atol=1e-15)
+
+
+@settings(max_examples=20, deadline=None)
+@given(eps=st.sampled_from([1e-5, 1e-3, 0.1]), shape=st.sampled_from(SHAPES), amplitude=st.floats(0.01, 0.99))
+def test_self_terminating_layers_stay_above_lower_bound_and_st_never_decreases(eps, shape, amplitude):
+    T = 200
+    p = plots.eos_probabilities(plots.eos_trajectory(T, shape, amplitude), eps)
+    f_lb = -np.expm1(np.arange(1, T + 1) * math.log1p(-eps))
+    assert np.all(p["NMST"].numpy() >= f_lb * (1 - 1e-12))
+    assert np.all(p["ST"].numpy() >= f_lb * (1 - 1e-12))
+    assert np.all(np.diff(p["ST"].numpy()) >= -1e-15)
+
+
+def test_eos_probabilities_subset_of_heads():
+    p = plots.eos_probabilities(plots.eos_trajectory(10), 1e-3, heads=("NMST",))
+    assert list(p) == ["NMST"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"shape": "sine"}, ValueError),
+        ({"amplitude": 1.0}, ValueError),
+        ({"amplitude": "0.5"}, TypeError),
+        ({"baseline": 0.0}, ValueError),
+        ({"t0": 0}, ValueError),
+        ({"shape": "remark1", "t0": 9, "t1": 9}, ValueError),
+    ],
+)
+def test_eos_trajectory_rejects_bad_arguments(kwargs, error):
+    with pytest.raises(error):
+        plots.eos_trajectory(20, **kwargs)
+
+
+def test_eos_probabilities_rejects_bad_arguments():
+    z = plots.eos_trajectory(10)
+    with pytest.raises(ValueError):
+        plots.eos_probabilities(z, 0.0)
+    with pytest.raises(TypeError):
+        plots.eos_probabilities(z.numpy(), 1e-3)
+    with pytest.raises(ValueError):
+        plots.eos_probabilities(z, 1e-3, heads=("VA", "entmax"))
+    with pytest.raises(TypeError):
+        plots.eos_probabilities(z, 1e-3, heads="VA")
+
+
+# --- the drawing function ----------------------------------------------------------------
+
+
+def test_plot_eos_probabilities_draws_heads_bound_and_half_life_step_headless():
+    from nmst_lib.theory import half_life_bound
+
+    assert matplotlib.get_backend().lower() == "agg"
+    fig = plots.plot_eos_probabilities(1e-3, "remark1", 0.5, t_max=20_000)
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert any("f_{lb}" in label for label in labels)
+    assert sum(label.startswith(("VA", "ST", "NMST")) for label in labels) == 3
+    vertical = [line for line in ax.get_lines() if np.ptp(np.asarray(line.get_xdata(), float)) == 0]
+    assert len(vertical) == 1 and vertical[0].get_xdata()[0] == pytest.approx(half_life_bound(1e-3))
+    assert ax.get_xscale() == "log" and "step t (tokens)" in ax.get_xlabel()
+    fig.canvas.draw()  # renders without a display
+
+
+def test_plot_eos_probabilities_draws_into_given_axes_and_log_y():
+    fig, axes = plt.subplots(1, 2)
+    out = plots.plot_eos_probabilities(1e-2, "fading", 0.4, heads=("ST",), t_max=500, ax=axes[1], yscale="log")
+    assert out is fig and axes[1].get_yscale() == "log" and len(axes[0].get_lines()) == 0
+    with pytest.raises(ValueError):
+        plots.plot_eos_probabilities(1e-3, yscale="symlog", t_max=100)
+
+
+# --- static explorers --------------------------------------------------------------------
+
+
+def test_eos_explorer_html_has_one_distinct_frame_per_setting():
+    html_object = plots.eos_explorer_html(
+        eps_values=(1e-4, 1e-2), amplitudes=(0.2, 0.9), shapes=("one_stop",), t_max=2000, dpi=30
+    )
+    data, text = explorer_payload(html_object)
+    assert data["sizes"] == [1, 2, 2]
+    assert len(data["frames"]) == 4 == len(set(data["frames"]))
+    assert all(f.startswith("data:image/png;base64,") for f in data["frames"])
+    assert text.count('type="range"') == 2 and text.count("<select") == 1
+    assert data["labels"][1] == ["1e-4", "1e-2"]
+    assert "http://" not in text and "https://" not in text  # nothing from the network
+
+
+def test_explorer_html_frame_order_matches_the_controls():
+    """Frame i is the drawing of the i-th combination, last control fastest (what the JS assumes)."""
+    seen = []
+
+    def draw(a, b):
+        seen.append((a, b))
+        fig, ax = plt.subplots(figsize=(1, 1))
+        ax.plot([0, a], [0, b])
+        return fig
+
+    html_object = plots.explorer_html(
+        draw,
+        [plots.Control("a", (1, 2, 3)), plots.Control("b", ("x", "y"), kind="dropdown", initial=1, shown=("ex", "why"))],
+        dpi=20,
+    )
+    data, text = explorer_payload(html_object)
+    assert seen == [(1, "x"), (1, "y"), (2, "x"), (2, "y"), (3, "x"), (3, "y")]
+    assert data["sizes"] == [3, 2] and data["labels"] == [["1", "2", "3"], ["ex", "why"]]
+    assert '<option value="1" selected>why</option>' in text
+    assert f'src="{data["frames"][1]}"' in text  # initial: a = 1, b = "y"
+
+
+def test_explorer_html_rejects_bad_controls():
+    with pytest.raises(TypeError):
+        plots.explorer_html(lambda: None, [])
+    with pytest.raises(ValueError):
+        plots.Control("a", ())
+    with pytest.raises(ValueError):
+        plots.Control("a", (1, 2), kind="knob")
+    with pytest.raises(ValueError):
+        plots.Control("a", (1, 2), initial=2)
+    with pytest.raises(ValueError):
+        plots.Control("a", (1, 2), shown=("one",))
+    with pytest.raises(TypeError):
+        plots.explorer_html(lambda a: "not a figure", [plots.Control("a", (1,))])
+
+
+def test_eos_explorer_widget_builds_with_the_same_controls():
+    import ipywidgets as widgets
+
+    w = plots.eos_explorer_widget(eps_values=(1e-4, 1e-3), amplitudes=(0.3, 0.6), shapes=("fading",), t_max=300)
+    assert isinstance(w, widgets.interactive)
+    controls = {c.description: c for c in w.children if hasattr(c, "options")}
+    assert set(controls) == {"λ(t)", "ε", "amplitude"}
+    assert [v for _, v in controls["ε"].options] == [1e-4, 1e-3]
+    controls["ε"].value = 1e-4  # redraws without error
+
+
+# --- r_nt(L) -----------------------------------------------------------------------------
+
+
+def test_rnt_plot_is_log_log_and_says_where_a_curve_reaches_zero():
+    Ls = np.array([1, 10, 100, 1000])
+    fig = plots.rnt_plot({"VA greedy": (Ls, [0.9, 0.5, 0.4, 0.4]), "NMST greedy": (Ls, [0.8, 0.2, 0.0, 0.0])})
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels[0] == "VA greedy" and labels[1] == "NMST greedy (0 from L = 100)"
+    assert ax.get_lines()[1].get_color() == plots.HEAD_STYLES["NMST"]["color"]
+    fig.canvas.draw()
+
+
+@pytest.mark.parametrize(
+    "curves, error",
+    [
+        ({}, TypeError),
+        ({"a": ([1, 2], [0.5])}, ValueError),
+        ({"a": ([2, 1], [0.5, 0.4])}, ValueError),
+        ({"a": ([1, 2], [0.5, 1.5])}, ValueError),
+        ({"a": 3}, TypeError),
+    ],
+)
+def test_rnt_plot_rejects_bad_curves(curves, error):
+    with pytest.raises(error):
+        plots.rnt_plot(curves)
+
+
+def test_rnt_explorer_html_has_a_frame_per_setting_and_marks_missing_ones():
+    Ls = np.arange(1, 101)
+    curves = {
+        ("RNN", 1e-4): {"NMST": (Ls, np.exp(-Ls / 10))},
+        ("RNN", 1e-3): {"NMST": (Ls, np.exp(-Ls / 5))},
+        ("LSTM", 1e-4): {"NMST": (Ls, np.exp(-Ls / 20)), "VA": (Ls, np.full(100, 0.3))},
+    }
+    data, text = explorer_payload(plots.rnt_explorer_html(curves, control_names=["model", "ε"], dpi=30))
+    assert data["sizes"] == [2, 2] and data["labels"] == [["RNN", "LSTM"], ["1e-4", "1e-3"]]
+    assert len(set(data["frames"])) == 4
+    assert text.count("<select") == 1 and text.count('type="range"') == 1
+    with pytest.raises(ValueError):
+        plots.rnt_explorer_html(curves, control_names=["model"])
+    with pytest.raises(ValueError):
+        plots.rnt_explorer_html({("a", 1): {"x": (Ls, Ls / 100)}, "b": {"x": (Ls, Ls / 100)}})
+
+
+# --- notebook set-up ---------------------------------------------------------------------
+
+
+def test_setup_notebook_seeds_and_picks_the_available_device(capsys):
+    device = setup_notebook(seed=3)
+    first = (torch.rand(3), np.random.rand())
+    setup_notebook(seed=3, verbose=False)
+    second = (torch.rand(3), np.random.rand())
+    assert torch.equal(first[0], second[0]) and first[1] == second[1]
+    assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert "seed: 3" in capsys.readouterr().out
+    assert matplotlib.rcParams["axes.prop_cycle"].by_key()["color"][0] == COLORS["blue"]
+    with pytest.raises(ValueError):
+        setup_notebook(seed=-1)
+    with pytest.raises(TypeError):
+        setup_notebook(seed=1.5)
+
+
+def test_palette_is_indexable_by_position_and_by_name():
+    assert COLORS[0] == COLORS["blue"] == "#0072B2"
+    assert len(COLORS) == 8 == len(set(COLORS))
+    assert list(COLORS) == list(COLORS.names.values())
+    with pytest.raises(KeyError):
+        COLORS["red"]
