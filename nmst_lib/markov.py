@@ -9,11 +9,23 @@ against Monte-Carlo estimates from :func:`nmst_lib.decoding.decode`
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ._validation import check_index, check_positive_int
+from .decoding import nucleus_mask, restrict_log_probs, top_k_mask
 
-__all__ = ["MarkovLM", "random_markov_lm"]
+__all__ = [
+    "MarkovLM",
+    "random_markov_lm",
+    "decoder_transition_matrix",
+    "absorption_probabilities",
+    "expected_lengths",
+    "survival_curve",
+    "termination_probability",
+    "expected_length",
+    "exact_rnt_curve",
+]
 
 
 class MarkovLM:
@@ -85,3 +97,273 @@ def random_markov_lm(
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
     logits = torch.randn(vocab_size, vocab_size, generator=generator, dtype=dtype) / temperature
     return MarkovLM(torch.log_softmax(logits, dim=-1), eos_id=eos_id)
+
+
+# ---------------------------------------------------------------------------------------
+# Exact probabilities: a decoder on a MarkovLM is an absorbing Markov chain
+# ---------------------------------------------------------------------------------------
+#
+# A per-step decoding rule (greedy, ancestral, top-k, nucleus and their consistent variants)
+# turns each row P[i] of a MarkovLM into a next-token distribution q(. | i) that depends
+# only on the last token i. The decoded sequence is then a Markov chain on tokens in which
+# eos is absorbing, and termination probability, expected length and r_nt(L) follow from
+# absorbing-chain algebra (Kemeny & Snell): Chapter 2 (``02_consistency``) and Chapter 3
+# (``03_consistent_sampling``). Beam search is not a per-step kernel and is not covered.
+
+KERNEL_METHODS = ("greedy", "ancestral", "top-k", "nucleus")
+
+
+def _check_markov_lm(model) -> None:
+    if not isinstance(model, MarkovLM):
+        raise TypeError(f"model must be a MarkovLM, got {type(model).__name__}")
+
+
+def decoder_transition_matrix(
+    model: MarkovLM,
+    method: str,
+    k: int | None = None,
+    p: float | None = None,
+    consistent: bool = False,
+) -> torch.Tensor:
+    """The decoder's induced kernel ``q[i, j] = q_F(y_t = j | y_{t-1} = i)`` as a float64 [V, V] matrix.
+
+    Rows follow the proposal distributions of Welleck et al. (2020): ancestral (Def. 2.5:
+    q = p), greedy (Def. 2.8: a point mass on the argmax), top-k (Def. 2.6), nucleus
+    (Def. 2.7, DESIGN.md: the smallest most-probable set with mass >= p), and with
+    ``consistent=True`` consistent top-k / nucleus (Defs. 4.1-4.2: eos added to the set).
+    The candidate set V_t comes from :mod:`nmst_lib.decoding` (``top_k_mask``,
+    ``nucleus_mask``, ``restrict_log_probs``), so the exact computation and the sampler share
+    one definition; greedy is the top-1 set, whose tie rule (smaller id first) is the
+    decoder's argmax. The eos row is included for completeness; decoders stop at eos, but a
+    context may end in eos, and its row then gives the first step. Chapters 2-3.
+    """
+    _check_markov_lm(model)
+    if not isinstance(consistent, bool):
+        raise TypeError(f"consistent must be True or False, got {type(consistent).__name__}")
+    if method not in KERNEL_METHODS:
+        raise ValueError(
+            f"method must be one of {KERNEL_METHODS} (per-step decoding rules; beam search is not a Markov kernel), got {method!r}"
+        )
+    if consistent and method not in ("top-k", "nucleus"):
+        raise ValueError("consistent=True applies to 'top-k' and 'nucleus' only (Welleck et al. 2020, Defs. 4.1-4.2)")
+    if method != "top-k" and k is not None:
+        raise ValueError(f"k is only used by method 'top-k', got k={k!r} with method {method!r}")
+    if method != "nucleus" and p is not None:
+        raise ValueError(f"p is only used by method 'nucleus', got p={p!r} with method {method!r}")
+    log_probs = model.transition_log_probs.double()
+    eos_id = model.eos_id if consistent else None
+    if method == "ancestral":
+        kernel_log_probs = log_probs
+    elif method == "greedy":
+        kernel_log_probs = restrict_log_probs(log_probs, top_k_mask(log_probs, 1))
+    elif method == "top-k":
+        if k is None:
+            raise ValueError("method 'top-k' needs k (an integer >= 1)")
+        kernel_log_probs = restrict_log_probs(log_probs, top_k_mask(log_probs, k, eos_id=eos_id))
+    else:
+        if p is None:
+            raise ValueError("method 'nucleus' needs p (a number in (0, 1])")
+        kernel_log_probs = restrict_log_probs(log_probs, nucleus_mask(log_probs, p, eos_id=eos_id))
+    return kernel_log_probs.exp()
+
+
+def _check_kernel(kernel: torch.Tensor, eos_id: int) -> torch.Tensor:
+    if not isinstance(kernel, torch.Tensor) or kernel.dim() != 2 or kernel.shape[0] != kernel.shape[1]:
+        raise ValueError("kernel must be a square [V, V] tensor of transition probabilities")
+    check_index(eos_id, kernel.shape[0], "eos_id")
+    kernel = kernel.double()
+    ones = torch.ones(kernel.shape[0], dtype=torch.float64, device=kernel.device)
+    if bool((kernel < 0).any()) or not torch.allclose(kernel.sum(-1), ones, atol=1e-9):
+        raise ValueError("kernel rows must be probability distributions (non-negative, summing to 1)")
+    return kernel
+
+
+def _transient_index(vocab_size: int, eos_id: int, device) -> torch.Tensor:
+    return torch.cat([torch.arange(0, eos_id, device=device), torch.arange(eos_id + 1, vocab_size, device=device)])
+
+
+def _one_minus_kernel(kernel: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """I - q[S, S] for the states S, with the diagonal computed without cancellation.
+
+    1 - q_ii is the mass that leaves i, sum_{j != i} q_ij (over every column: other states,
+    eos, and states outside S), as in the Grassmann-Taksar-Heyman algorithm: 1 - q_ii itself
+    would lose all precision when q_ii is within rounding of 1 (a near-absorbing self-loop).
+    """
+    rows = kernel[states]  # [|S|, V]
+    is_self = torch.zeros_like(rows, dtype=torch.bool)
+    index = torch.arange(states.numel(), device=kernel.device)
+    is_self[index, states] = True
+    leaving = rows.masked_fill(is_self, 0.0).sum(-1)
+    block = -rows[:, states]
+    block[index, index] = leaving
+    return block
+
+
+def _can_reach(adjacency: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """States with a positive-probability path (length >= 1 or 0) to a state in ``targets``.
+
+    Backward breadth-first search as repeated boolean matrix-vector products: at most V
+    rounds, one per extra path length.
+    """
+    reach = targets.clone()
+    while True:
+        grown = reach | (adjacency.double() @ reach.double() > 0)
+        if bool((grown == reach).all()):
+            return reach
+        reach = grown
+
+
+def absorption_probabilities(kernel: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """x[i] = probability that the chain started by a first step from row i ever emits eos.
+
+    Absorbing-chain algebra on the kernel q (e.g. :func:`decoder_transition_matrix`): with
+    T = the non-eos (transient) tokens, Q = q[T, T] and r = q[T, eos], the absorption
+    probabilities solve (I - Q) a = r. States from which eos is unreachable have a = 0
+    exactly; they are split out first by graph reachability (Q restricted to the others has
+    spectral radius < 1, so the system is non-singular). The diagonal of I - Q is the mass
+    leaving each state, summed without computing 1 - q_ii (accurate even for near-absorbing
+    self-loops). Then x[i] = q[i, eos] + q[i, T] a for every row i, eos's row included (a
+    context may end in any token). Float64, shape [V]. The consistency of Welleck et al.
+    (2020), Def. 3.2 is x == 1 (Chapters 2-3).
+    """
+    kernel = _check_kernel(kernel, eos_id)
+    vocab_size = kernel.shape[0]
+    transient = _transient_index(vocab_size, eos_id, kernel.device)
+    Q = kernel[transient][:, transient]
+    r = kernel[transient, eos_id]
+    reaches = _can_reach(Q > 0, r > 0)
+    a = torch.zeros(transient.shape[0], dtype=torch.float64, device=kernel.device)
+    live = reaches.nonzero().squeeze(1)
+    if live.numel():
+        a[live] = torch.linalg.solve(_one_minus_kernel(kernel, transient[live]), r[live])
+    return kernel[:, eos_id] + kernel[:, transient] @ a
+
+
+def expected_lengths(kernel: torch.Tensor, eos_id: int) -> torch.Tensor:
+    """E|y| for a chain started by a first step from each row i (length counts eos); inf if P(stop) < 1.
+
+    With T, Q as in :func:`absorption_probabilities`, the expected number of steps to
+    absorption from each transient state solves (I - Q) m = 1 on the states that reach eos;
+    then E|y| from row i is 1 + q[i, T] m. A row from which some eos-unreachable state can be
+    reached terminates with probability < 1 and gets ``inf`` (decided by reachability, not a
+    tolerance). Float64, shape [V] (Chapters 2-3).
+    """
+    kernel = _check_kernel(kernel, eos_id)
+    vocab_size = kernel.shape[0]
+    device = kernel.device
+    transient = _transient_index(vocab_size, eos_id, device)
+    Q = kernel[transient][:, transient]
+    r = kernel[transient, eos_id]
+    reaches = _can_reach(Q > 0, r > 0)
+    # transient states that can reach a trapped state (one that never reaches eos)
+    leaks = _can_reach(Q > 0, ~reaches)
+    m = torch.full((transient.shape[0],), float("inf"), dtype=torch.float64, device=device)
+    safe = (~leaks).nonzero().squeeze(1)
+    if safe.numel():
+        # a safe state's successors are all safe, so the system closes on the safe states
+        ones = torch.ones(safe.numel(), dtype=torch.float64, device=device)
+        m[safe] = torch.linalg.solve(_one_minus_kernel(kernel, transient[safe]), ones)
+    first = kernel[:, transient]
+    row_leaks = ((first > 0) & leaks.unsqueeze(0)).any(dim=1)
+    finite_m = torch.where(leaks, torch.zeros_like(m), m)
+    out = 1.0 + first @ finite_m
+    return torch.where(row_leaks, torch.full_like(out, float("inf")), out)
+
+
+def survival_curve(kernel: torch.Tensor, eos_id: int, start_token, Ls) -> torch.Tensor:
+    """P(no eos among the first L tokens) for each L in ``Ls``, from the row ``start_token``.
+
+    Iterates the distribution over the last token with eos removed (it is absorbing):
+    pi_1 = q[start, T], pi_{t+1} = pi_t q[T, T], and P(no eos in first L) = sum_{j in T} pi_L[j].
+    One (vector- or matrix-) matrix product per step up to max(Ls). This is the exact r_nt(L)
+    of Choi et al. (2023), eq. 11 (Chapters 2-3). ``start_token`` is one token id (returns a
+    float64 tensor of len(Ls)) or a 1-D tensor/list of n ids (returns [n, len(Ls)]).
+    """
+    kernel = _check_kernel(kernel, eos_id)
+    vocab_size = kernel.shape[0]
+    single = not isinstance(start_token, (torch.Tensor, list, tuple))
+    starts = [start_token] if single else list(torch.as_tensor(start_token).reshape(-1).tolist())
+    starts = torch.tensor([check_index(s, vocab_size, "start_token") for s in starts], device=kernel.device)
+    Ls = _check_steps(Ls)
+    transient = _transient_index(vocab_size, eos_id, kernel.device)
+    Q = kernel[transient][:, transient]
+    pi = kernel[starts][:, transient]  # [n, |T|]: mass on each non-eos token after step 1
+    survival = [pi.sum(-1)]
+    for _ in range(int(Ls.max()) - 1):  # a loop over steps (not tokens or rows): pi_{t+1} = pi_t Q
+        pi = pi @ Q
+        survival.append(pi.sum(-1))
+    curve = torch.stack(survival, dim=-1)[:, Ls.to(kernel.device) - 1]  # [n, len(Ls)]
+    return curve[0] if single else curve
+
+
+def _check_steps(Ls) -> torch.Tensor:
+    if isinstance(Ls, int) and not isinstance(Ls, bool):
+        Ls = [Ls]
+    Ls = torch.as_tensor(list(Ls) if not isinstance(Ls, torch.Tensor) else Ls)
+    if Ls.dim() != 1 or Ls.numel() == 0 or Ls.is_floating_point() or Ls.dtype == torch.bool:
+        raise ValueError("Ls must be a non-empty 1-D sequence of integers >= 1")
+    if int(Ls.min()) < 1:
+        raise ValueError(f"every L must be >= 1, got {int(Ls.min())}")
+    return Ls.long()
+
+
+def termination_probability(
+    model: MarkovLM,
+    method: str,
+    k: int | None = None,
+    p: float | None = None,
+    consistent: bool = False,
+    *,
+    start_token: int,
+) -> float:
+    """q_F(|y| < inf | last context token = start_token): the probability the decoder ever emits eos.
+
+    Welleck et al. (2020), Def. 3.2 (a decoder is consistent when this is 1) computed
+    exactly for a MarkovLM: :func:`absorption_probabilities` of
+    :func:`decoder_transition_matrix`. 1 - this is r_nt = lim_L r_nt(L) of Choi et al. (2023),
+    eq. 11. Chapters 2-3 (``02_consistency``, ``03_consistent_sampling``).
+    """
+    start_token = check_index(start_token, model.vocab_size, "start_token")
+    kernel = decoder_transition_matrix(model, method, k=k, p=p, consistent=consistent)
+    return float(absorption_probabilities(kernel, model.eos_id)[start_token])
+
+
+def expected_length(
+    model: MarkovLM,
+    method: str,
+    k: int | None = None,
+    p: float | None = None,
+    consistent: bool = False,
+    *,
+    start_token: int,
+) -> float:
+    """E_qF|y| (tokens including eos) of the decoder's continuation after ``start_token``; inf if it may not stop.
+
+    Absorbing-chain expected time to absorption (:func:`expected_lengths`) of
+    :func:`decoder_transition_matrix`; a geometric stop with eos probability s per step gives
+    1/s. Chapters 2-3.
+    """
+    start_token = check_index(start_token, model.vocab_size, "start_token")
+    kernel = decoder_transition_matrix(model, method, k=k, p=p, consistent=consistent)
+    return float(expected_lengths(kernel, model.eos_id)[start_token])
+
+
+def exact_rnt_curve(
+    model: MarkovLM,
+    method: str,
+    k: int | None = None,
+    p: float | None = None,
+    consistent: bool = False,
+    *,
+    start_token: int,
+    Ls,
+) -> np.ndarray:
+    """Exact r_nt(L) = q_F(no eos among the first L tokens) for each L in ``Ls`` (float64 numpy array).
+
+    Choi, Cho, Lee (2023), eq. 11 (Welleck et al. 2020's r_L) for a MarkovLM: the survival
+    curve (:func:`survival_curve`) of :func:`decoder_transition_matrix`. Comparable with
+    :func:`nmst_lib.metrics.rnt_curve` of a decode whose contexts end in ``start_token``.
+    Chapters 2-3.
+    """
+    kernel = decoder_transition_matrix(model, method, k=k, p=p, consistent=consistent)
+    return survival_curve(kernel, model.eos_id, start_token, Ls).cpu().numpy()

@@ -1,0 +1,514 @@
+"""The papers' constructions and bounds as code.
+
+* :func:`inconsistent_rnn` builds the tanh RNN of the proof of Welleck et al. (2020),
+  Theorem 3.4: a *consistent* language model (every finite sequence has positive
+  probability, eos has probability bounded away from zero) under which greedy search, top-k,
+  nucleus and beam search never emit eos (Chapter 2, ``02_consistency``).
+* :func:`half_life_bound`, :func:`first_step_eos_above_half` and
+  :func:`beam_termination_bound` are the step counts used in the consistency proofs of the
+  self-terminating (ST) and non-monotonic self-terminating (NMST) models: Welleck et al.
+  (2020) Theorems 4.2-4.3 and Choi, Cho, Lee (2023) Theorem 3 (Chapters 4-5,
+  ``04_self_terminating`` and ``05_nmst``).
+* :func:`remark1_dataset` is the two-sequence data set of Choi, Cho, Lee (2023) Remark 1
+  ("I am a boy" / "I am a boy, and you are a girl."), whose optimal eos probabilities are not
+  monotone in t, so that no ST model can fit it (Chapter 5, ``05_nmst``).
+
+Conventions (DESIGN.md): steps t count continuation tokens, t = 1 predicts the first token
+after the context; the ST/NMST lower bound on p(eos at t) is f_lb(t) = 1 - (1 - eps)^t.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from ._validation import check_eps, check_index, check_positive_int
+
+__all__ = [
+    "InconsistentRNN",
+    "inconsistent_rnn",
+    "EosTrace",
+    "eos_rank_and_prob",
+    "half_life_bound",
+    "first_step_eos_above_half",
+    "beam_termination_bound",
+    "RemarkOneDataset",
+    "remark1_dataset",
+    "optimal_eos_probs",
+    "monotone_violation",
+    "best_monotone_eos_probs",
+    "eos_log_likelihood",
+]
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# ---------------------------------------------------------------------------------------
+# Welleck et al. (2020), Theorem 3.4: a consistent RNN that incomplete decoding never stops
+# ---------------------------------------------------------------------------------------
+
+
+class InconsistentRNN:
+    r"""The tanh RNN of the proof of Welleck et al. (2020), Theorem 3.4 (Chapter 2, ``02_consistency``).
+
+    The hidden state has two blocks, ``h_t = [h1_t ; h2_t]`` with ``h1_t`` in R^d and ``h2_t``
+    in R^|V|, and the recurrence of the proof,
+
+    .. math::
+        h_t = \tanh\left(\begin{bmatrix} W_h & 0 \\ 0 & I \end{bmatrix} h_{t-1}
+              + \begin{bmatrix} 0 \\ e(y_t) \end{bmatrix}\right),
+
+    so ``h1_t = tanh(W_h h1_{t-1})`` (every entry of ``W_h`` positive) and
+    ``h2_t = tanh(h2_{t-1} + e(y_t))`` (identity on a one-hot of the last token: ``h2_t[v]``
+    grows with the number of times v has been emitted). ``h_0 = g(C)`` is positive: the
+    positive vector ``h_init`` run through the same recurrence over the context tokens.
+
+    Output embeddings (Definition 2.3, biases ``c_v = 0``): ``u_v = [ubar_v ; e(v)]`` with
+    ``ubar_v > 0`` for non-eos v and ``ubar_eos < 0``; the next-token distribution is the
+    vanilla softmax of ``u_v . h_t``.
+
+    **Magnitudes.** The proof states that eos always has a negative logit, which needs more
+    than the signs: ``u_eos . h_t = ubar_eos . h1_t + h2_t[eos]`` and ``h2_t[eos]`` lies in
+    (0, 1). The construction therefore also guarantees
+
+    * ``h1_t >= m`` entrywise for every t, where ``m = min(h_init[:d])``: every row of ``W_h``
+      sums to at least ``rho`` with ``tanh(rho * m) >= m``, so ``h1_{t-1} >= m`` implies
+      ``h1_t >= tanh(rho * m) >= m`` (induction); and
+    * ``ubar_eos . h1_t <= -sum|ubar_eos| * m <= -eos_margin`` with ``eos_margin >= 1``,
+
+    hence ``u_eos . h_t < 1 - eos_margin <= 0 < u_v . h_t`` for every non-eos v, every
+    context and every prefix (even one containing eos). Consequently eos is ranked strictly
+    last at every step, so p(eos) < 1/|V|, while ``|h_t| <= 1`` keeps p(eos) bounded away
+    from zero (Lemma 3.2: the model is consistent and ancestral sampling stops).
+
+    Implements the decoding protocol of DESIGN.md; the state is ``h_t`` as a ``[B, d + V]``
+    tensor.
+
+    Attributes:
+        W_h: ``[d, d]`` positive recurrence block.
+        h_init: ``[d + V]`` positive initial state, before the context is read.
+        output_embeddings: ``[V, d + V]``; row v is ``u_v``.
+        min_h1: the invariant lower bound m on every entry of ``h1_t``.
+    """
+
+    def __init__(self, W_h, h_init, output_embeddings, eos_id):
+        self.W_h = W_h
+        self.h_init = h_init
+        self.output_embeddings = output_embeddings
+        self.hidden_size = int(W_h.shape[0])
+        self.vocab_size = int(output_embeddings.shape[0])
+        self.eos_id = int(eos_id)
+        self.min_h1 = float(h_init[: self.hidden_size].min())
+
+    @property
+    def device(self) -> torch.device:
+        return self.W_h.device
+
+    def _recur(self, h: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """One step of the proof's recurrence: tanh(blockdiag(W_h, I) h + [0; e(y)])."""
+        d = self.hidden_size
+        h1, h2 = h[:, :d], h[:, d:]
+        one_hot = torch.nn.functional.one_hot(tokens, self.vocab_size).to(h.dtype)
+        return torch.tanh(torch.cat([h1 @ self.W_h.T, h2 + one_hot], dim=-1))
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits ``u_v . h_t`` for every token v (Definition 2.3 with c_v = 0)."""
+        return h @ self.output_embeddings.T
+
+    def _log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        # vanilla softmax (Definition 2.3) in log space; written with logsumexp because
+        # torch.log_softmax on small float64 batches is very slow on a busy multi-threaded CPU
+        logits = self.logits(h)
+        return logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+
+    def _check_tokens(self, tokens: torch.Tensor, name: str) -> torch.Tensor:
+        if not isinstance(tokens, torch.Tensor) or tokens.is_floating_point() or tokens.is_complex():
+            raise TypeError(f"{name} must be an integer torch.Tensor of token ids")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+            raise ValueError(f"{name} must hold token ids in [0, {self.vocab_size}), got values outside")
+        return tokens.to(self.device)
+
+    def initial_state(self, contexts: torch.Tensor):
+        """``h_0 = g(C)``: ``h_init`` run through the recurrence over the context ``[B, k]`` (k >= 0).
+
+        Returns the state ``[B, d + V]`` and the log-probabilities of the first continuation token.
+        """
+        if not isinstance(contexts, torch.Tensor) or contexts.dim() != 2:
+            raise ValueError("contexts must be a LongTensor of shape [B, k]")
+        contexts = self._check_tokens(contexts, "contexts")
+        h = self.h_init.expand(contexts.shape[0], -1)
+        for j in range(contexts.shape[1]):  # a loop over context positions: the recurrence is sequential
+            h = self._recur(h, contexts[:, j])
+        return h, self._log_probs(h)
+
+    def step(self, state: torch.Tensor, tokens: torch.Tensor):
+        """``h_t = f(y_t, h_{t-1})`` for every row, and the next-token log-probabilities."""
+        h = self._recur(state, self._check_tokens(tokens, "tokens"))
+        return h, self._log_probs(h)
+
+    def select(self, state: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Rows of the state picked, reordered or repeated by ``index``."""
+        return state[index.to(state.device)]
+
+
+def inconsistent_rnn(
+    vocab_size: int,
+    hidden_size: int | None = None,
+    *,
+    eos_id: int = -1,
+    eos_margin: float = 1.25,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> InconsistentRNN:
+    """Build the consistent tanh RNN of the proof of Welleck et al. (2020), Theorem 3.4.
+
+    Under this model eos is ranked strictly last at every step (Chapter 2,
+    ``02_consistency``), so every decoder that only considers the |V| - 1 most probable
+    tokens never terminates: greedy, top-k with k <= |V| - 1, nucleus with p <= 1 - 1/|V|
+    (the V - 1 other tokens already carry 1 - p(eos) > 1 - 1/|V| >= p), and beam search with
+    width k <= sqrt(|V| - 1) (Choi et al. 2023, App. A.3; with the beam of Welleck et al.
+    Def. A.2, which expands every token, any k <= |V| - 1 works, since every live prefix has
+    |V| - 1 non-eos children scoring above its eos child). Ancestral sampling does terminate:
+    p(eos) is bounded away from zero (Lemma 3.2).
+
+    Parameters are drawn (from ``seed``, reproducibly) inside the ranges the proof needs:
+    ``W_h`` entries uniform in [rho/d, 2 rho/d] with rho = 2 (rows sum to >= 2),
+    ``h_init = 1/2`` (so ``h1_t >= 1/2`` for all t, since tanh(2 * 1/2) > 1/2),
+    ``ubar_v`` uniform in [0.5/d, 1.5/d] for non-eos v, and ``ubar_eos`` uniform in
+    [-1.5 c/d, -c/d] with c = 2 * ``eos_margin`` so that ``ubar_eos . h1_t <= -eos_margin``.
+    See :class:`InconsistentRNN` for how each piece maps to the proof.
+
+    Args:
+        vocab_size: |V| >= 2, eos included.
+        hidden_size: d, the size of the ``W_h`` block (default 8); the state has d + |V| entries.
+        eos_id: the eos id (-1: the last id, the DESIGN.md convention).
+        eos_margin: how far below -1 the first-block eos contribution is pushed; must be >= 1
+            (the proof's "eos logit is negative" needs it, because ``h2_t[eos]`` < 1).
+            Larger values make eos rarer (ancestral sampling stops later).
+        seed: seed of the parameter draw.
+        dtype: float64 by default.
+        device: default CUDA when available, else CPU.
+    """
+    vocab_size = check_positive_int(vocab_size, "vocab_size", minimum=2)
+    d = 8 if hidden_size is None else check_positive_int(hidden_size, "hidden_size")
+    if isinstance(eos_id, int) and not isinstance(eos_id, bool) and eos_id == -1:
+        eos_id = vocab_size - 1
+    eos_id = check_index(eos_id, vocab_size, "eos_id")
+    if isinstance(eos_margin, bool) or not isinstance(eos_margin, (int, float)) or not eos_margin >= 1:
+        raise ValueError(f"eos_margin must be a number >= 1 (the eos logit must stay negative), got {eos_margin!r}")
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    device = _default_device() if device is None else torch.device(device)
+    gen = torch.Generator().manual_seed(int(seed))
+
+    def uniform(shape, low, high):
+        return low + (high - low) * torch.rand(shape, generator=gen, dtype=torch.float64)
+
+    rho, m = 2.0, 0.5
+    assert math.tanh(rho * m) >= m  # the invariant h1_t >= m of the docstring
+    W_h = uniform((d, d), rho / d, 2 * rho / d)
+    h_init = torch.full((d + vocab_size,), m, dtype=torch.float64)
+    ubar = uniform((vocab_size, d), 0.5 / d, 1.5 / d)
+    c = float(eos_margin) / m
+    ubar[eos_id] = -uniform((d,), c / d, 1.5 * c / d)
+    output_embeddings = torch.cat([ubar, torch.eye(vocab_size, dtype=torch.float64)], dim=1)
+    to = dict(dtype=dtype, device=device)
+    return InconsistentRNN(W_h.to(**to), h_init.to(**to), output_embeddings.to(**to), eos_id)
+
+
+class EosTrace(NamedTuple):
+    """Per-step eos statistics along given trajectories (see :func:`eos_rank_and_prob`)."""
+
+    rank: torch.Tensor  # [B, T] long: 1 = most probable, |V| = ranked last; 0 where not valid
+    log_prob: torch.Tensor  # [B, T] log p(eos at t | prefix); NaN where not valid
+    prob: torch.Tensor  # [B, T] p(eos at t | prefix); NaN where not valid
+    valid: torch.Tensor  # [B, T] bool: step t was predicted (no eos/PAD before it)
+
+
+def eos_rank_and_prob(model, contexts: torch.Tensor, tokens: torch.Tensor) -> EosTrace:
+    """Rank and probability of eos at every step of given continuations (teacher forcing).
+
+    For each row b and step t, the model's distribution p(. | y_<t, C) is computed along the
+    continuation ``tokens[b]`` (e.g. ``Generation.tokens``: PAD = -1 after the end) and we
+    report the rank of eos (1 + the number of tokens with strictly larger probability, so
+    rank |V| means "strictly last", the property Welleck et al. (2020), Theorem 3.4 builds
+    in) and p(eos). Steps after an eos or a PAD are not valid. Works with any model that
+    follows the decoding protocol (Chapters 2 and 5, ``02_consistency``, ``05_nmst``).
+    """
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+        raise ValueError("tokens must be an integer tensor of shape [B, T] (PAD = -1 allowed after the end)")
+    if not isinstance(contexts, torch.Tensor) or contexts.dim() != 2 or contexts.shape[0] != tokens.shape[0]:
+        raise ValueError("contexts must be a [B, k] integer tensor with the same B as tokens")
+    batch, steps = tokens.shape
+    state, log_probs = model.initial_state(contexts)
+    device = log_probs.device
+    tokens = tokens.to(device)
+    ended = (tokens == model.eos_id) | (tokens < 0)
+    # step t is predicted iff no eos/PAD among tokens[:, :t]
+    valid = torch.ones(batch, steps, dtype=torch.bool, device=device)
+    if steps > 1:
+        valid[:, 1:] = ~torch.cumsum(ended[:, :-1].long(), dim=1).bool()
+    feed = tokens.clamp(min=0)  # PAD positions are fed a dummy token; their outputs are masked
+    eos_lp, ranks = [], []
+    for t in range(steps):  # the model is recurrent: one step per position, all rows at once
+        eos_col = log_probs[:, model.eos_id : model.eos_id + 1]
+        eos_lp.append(eos_col.squeeze(1))
+        ranks.append(1 + (log_probs > eos_col).sum(dim=-1))
+        if t + 1 < steps:
+            state, log_probs = model.step(state, feed[:, t])
+    log_prob = torch.stack(eos_lp, dim=1) if steps else torch.empty(batch, 0, device=device)
+    rank = torch.stack(ranks, dim=1) if steps else torch.empty(batch, 0, dtype=torch.long, device=device)
+    nan = torch.full_like(log_prob, float("nan"))
+    log_prob = torch.where(valid, log_prob, nan)
+    rank = torch.where(valid, rank, torch.zeros_like(rank))
+    return EosTrace(rank=rank, log_prob=log_prob, prob=log_prob.exp(), valid=valid)
+
+
+# ---------------------------------------------------------------------------------------
+# Termination bounds of ST (Welleck et al. 2020, Thms 4.2-4.3) and NMST (Choi et al. 2023, Thm 3)
+# ---------------------------------------------------------------------------------------
+
+
+def half_life_bound(eps) -> float:
+    """B = -log 2 / log(1 - eps): after it the lower bound f_lb(t) = 1 - (1 - eps)^t exceeds 1/2.
+
+    Welleck et al. (2020), proof of Theorem 4.2 (and Choi, Cho, Lee (2023), proof of
+    Theorem 3, eq. 23): both ST and NMST satisfy p(eos at t) >= f_lb(t), and
+    f_lb(t) > 1/2 exactly when t > B, so from then on eos is the most probable token.
+    Returned as the real number B (computed with ``log1p``, exact at eps = 1e-5); for the
+    first integer step see :func:`first_step_eos_above_half` (Chapters 4-5).
+    """
+    eps = check_eps(eps)
+    return -math.log(2.0) / math.log1p(-eps)
+
+
+def first_step_eos_above_half(eps) -> int:
+    """The smallest integer step t >= 1 with f_lb(t) = 1 - (1 - eps)^t > 1/2: floor(B) + 1.
+
+    This is t_{1/2} of Choi, Cho, Lee (2023), eq. 23 (proof of Theorem 3): for every
+    t >= t_{1/2}, an ST or NMST model puts more than half of its mass on eos, so greedy search
+    and every incomplete probable decoder include eos (Chapters 4-5, ``04_self_terminating``,
+    ``05_nmst``). With B = :func:`half_life_bound` it equals floor(B) + 1 (B itself when B is
+    an integer does not count: f_lb(B) = 1/2 exactly). The result is checked against the
+    inequality t * log1p(-eps) < -log 2 in float64.
+    """
+    eps = check_eps(eps)
+    log_keep, target = math.log1p(-eps), -math.log(2.0)
+    t = math.floor(-math.log(2.0) / log_keep) + 1
+    # guard against rounding in B: make t the first step where the defining inequality holds
+    while t > 1 and (t - 1) * log_keep < target:
+        t -= 1
+    while not t * log_keep < target:
+        t += 1
+    return int(t)
+
+
+def beam_termination_bound(eps, beam_size: int) -> int:
+    """Length bound for beam search on an ST or NMST model: every returned sequence has |y| <= t_{1/2} + k.
+
+    Choi, Cho, Lee (2023), Theorem 3 (beam part, eq. 27) with t_{1/2} =
+    :func:`first_step_eos_above_half` and k the beam width; Welleck et al. (2020), Theorem 4.3
+    states the same argument as |Y| <= B + k with the real B = :func:`half_life_bound`. Here
+    |y| counts the continuation tokens including eos (DESIGN.md steps). Argument: from step
+    t_{1/2} on, the eos child of every live prefix outscores all its siblings and all their
+    descendants, so each step moves at least one sequence into the finished set, which is
+    full after k such steps.
+
+    We return the papers' statement, t_{1/2} + k. Counting steps exactly, the k finished
+    sequences are in place after steps t_{1/2}, ..., t_{1/2} + k - 1, so the tight bound is
+    t_{1/2} + k - 1 = floor(B) + k (Welleck's B + k, rounded down); both are valid upper
+    bounds (Chapters 4-5).
+    """
+    beam_size = check_positive_int(beam_size, "beam_size")
+    return first_step_eos_above_half(eps) + beam_size
+
+
+# ---------------------------------------------------------------------------------------
+# Choi, Cho, Lee (2023), Remark 1: the optimal p(eos | prefix) need not be monotone
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemarkOneDataset:
+    """A data set of continuations sharing one context, as in Choi, Cho, Lee (2023), Remark 1.
+
+    Attributes:
+        vocab: token strings; ``vocab[eos_id] == "<eos>"`` (eos is the last id).
+        context: the shared context x as token strings (a single ``<bos>``).
+        sequences: the continuations y^(n) as token strings, each ending with ``<eos>``.
+        counts: how often each continuation occurs (equal in the paper).
+    """
+
+    vocab: tuple[str, ...]
+    context: tuple[str, ...]
+    sequences: tuple[tuple[str, ...], ...]
+    counts: tuple[int, ...]
+
+    @property
+    def eos_id(self) -> int:
+        return self.vocab.index("<eos>")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab)
+
+    def encode(self, words) -> torch.Tensor:
+        """Token ids of a sequence of token strings."""
+        index = {w: i for i, w in enumerate(self.vocab)}
+        unknown = [w for w in words if w not in index]
+        if unknown:
+            raise ValueError(f"tokens {unknown} are not in the vocabulary {self.vocab}")
+        return torch.tensor([index[w] for w in words], dtype=torch.long)
+
+    def context_ids(self) -> torch.Tensor:
+        """The context as a ``[1, k]`` LongTensor (ready for a model's ``initial_state``)."""
+        return self.encode(self.context).unsqueeze(0)
+
+    def token_ids(self) -> torch.Tensor:
+        """The continuations as a ``[N, T_max]`` LongTensor, PAD = -1 after each eos."""
+        longest = max(len(s) for s in self.sequences)
+        out = torch.full((len(self.sequences), longest), -1, dtype=torch.long)
+        for n, seq in enumerate(self.sequences):
+            out[n, : len(seq)] = self.encode(seq)
+        return out
+
+    def longest(self) -> torch.Tensor:
+        """Token ids of the longest continuation (y^(2) of Remark 1)."""
+        lengths = [len(s) for s in self.sequences]
+        return self.encode(self.sequences[lengths.index(max(lengths))])
+
+    def eos_decision_counts(self, path: torch.Tensor | None = None):
+        """Counts behind each eos decision along ``path`` (default: the longest continuation).
+
+        Returns ``(stop, go)``, float64 tensors of length |path|: at step t, ``stop[t-1]`` is the
+        (count-weighted) number of data sequences that share the prefix path_<t and have eos
+        at step t, ``go[t-1]`` the number that share it and continue. The maximum-likelihood
+        objective (Choi et al. 2023, eq. 3) restricted to eos decisions along the path is
+        ``sum_t stop_t log p_t + go_t log(1 - p_t)``.
+        """
+        path = self.longest() if path is None else path
+        data = self.token_ids()
+        weights = torch.tensor(self.counts, dtype=torch.float64)
+        steps = path.shape[0]
+        width = max(steps, data.shape[1])
+        padded = torch.full((data.shape[0], width), -1, dtype=torch.long)
+        padded[:, : data.shape[1]] = data
+        same = padded[:, :steps] == path.unsqueeze(0)  # [N, T]
+        # shares_prefix[n, t] = all(same[n, :t]) (t = 0: the empty prefix, always shared)
+        shares = torch.ones(data.shape[0], steps, dtype=torch.bool)
+        if steps > 1:
+            shares[:, 1:] = torch.cumprod(same[:, :-1].long(), dim=1).bool()
+        is_eos = padded[:, :steps] == self.eos_id
+        stop = (weights[:, None] * (shares & is_eos)).sum(0)
+        go = (weights[:, None] * (shares & ~is_eos & (padded[:, :steps] >= 0))).sum(0)
+        return stop, go
+
+
+def remark1_dataset(counts: tuple[int, int] = (1, 1)) -> RemarkOneDataset:
+    """The two-sequence data set of Choi, Cho, Lee (2023), Remark 1 and Section 1.
+
+    y^(1) = "I am a boy <eos>", y^(2) = "I am a boy , and you are a girl . <eos>", sharing the
+    context x (a single ``<bos>``) and the prefix y_<t0 = "I am a boy" with
+    t0 = |y^(1)| = 5 < |y^(2)| - 1 = 11, as Remark 1 assumes. Each sequence occurs once by
+    default (the paper's two-instance data set); ``counts`` changes the frequencies.
+    Used in Chapter 5 (``05_nmst``) to show why ST's monotone p(eos) costs likelihood.
+    """
+    if (
+        not isinstance(counts, (tuple, list))
+        or len(counts) != 2
+        or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts)
+    ):
+        raise ValueError(f"counts must be two positive integers (one per sequence), got {counts!r}")
+    short = ("I", "am", "a", "boy", "<eos>")
+    long = ("I", "am", "a", "boy", ",", "and", "you", "are", "a", "girl", ".", "<eos>")
+    vocab = ("<bos>", "I", "am", "a", "boy", ",", "and", "you", "are", "girl", ".", "<eos>")
+    return RemarkOneDataset(vocab=vocab, context=("<bos>",), sequences=(short, long), counts=tuple(counts))
+
+
+def optimal_eos_probs(dataset: RemarkOneDataset, path: torch.Tensor | None = None) -> torch.Tensor:
+    """The data's optimal p*(eos at t | y_<t, x) along ``path`` (default: the longest sequence).
+
+    An unconstrained model maximising the likelihood (Choi et al. 2023, eq. 3) matches the
+    empirical conditional: p*_t = stop_t / (stop_t + go_t) (see
+    :meth:`RemarkOneDataset.eos_decision_counts`). For :func:`remark1_dataset` along y^(2):
+    0 for t = 1..4, 1/2 at t = t0 = 5 (after "boy"), 0 for t = 6..11, and 1 at t = 12
+    (Remark 1, eqs. 20-22): not monotone (Chapter 5, ``05_nmst``). Float64, length |path|.
+    """
+    stop, go = dataset.eos_decision_counts(path)
+    if bool(((stop + go) == 0).any()):
+        raise ValueError("path leaves the data: some of its prefixes occur in no data sequence")
+    return stop / (stop + go)
+
+
+def monotone_violation(eos_probs: torch.Tensor) -> torch.Tensor:
+    """The largest drop max_t (p_{t-1} - p_t)^+ of a sequence of eos probabilities (0 if non-decreasing).
+
+    Every ST model has a strictly increasing p(eos at t) along any prefix path
+    (Welleck et al. 2020, Def. 4.3: p_t - p_{t-1} = (1 - p_{t-1})(1 - (1-eps) sigma_t) > 0),
+    so its violation is 0; the optimum of Choi et al. (2023), Remark 1 has violation 1/2.
+    NMST (Choi et al. 2023, Def. 6) can have any violation (Chapter 5, ``05_nmst``).
+    Accepts ``[..., T]`` and reduces the last dimension.
+    """
+    if not isinstance(eos_probs, torch.Tensor) or eos_probs.dim() < 1:
+        raise ValueError("eos_probs must be a tensor [..., T] of probabilities")
+    if eos_probs.shape[-1] < 2:
+        return torch.zeros(eos_probs.shape[:-1], dtype=eos_probs.dtype, device=eos_probs.device)
+    drops = eos_probs[..., :-1] - eos_probs[..., 1:]
+    return drops.clamp(min=0).amax(dim=-1)
+
+
+def best_monotone_eos_probs(dataset: RemarkOneDataset, path: torch.Tensor | None = None) -> torch.Tensor:
+    """The best non-decreasing p(eos at t) along ``path``: what ST can approach on this data.
+
+    Maximises ``sum_t stop_t log p_t + go_t log(1 - p_t)`` over non-decreasing (p_t), the
+    constraint every ST model obeys (Welleck et al. 2020, Def. 4.3; Choi et al. 2023, Def. 5).
+    This is weighted isotonic regression of the empirical rates stop_t / (stop_t + go_t) with
+    weights stop_t + go_t, given in closed form by the min-max formula
+    p_t = max_{s<=t} min_{u>=t} (sum_{s..u} stop) / (sum_{s..u} (stop + go)).
+    An ST model with eps > 0 can only approach it (it also needs p_t >= 1 - (1-eps)^t and a
+    strict increase); its value is the supremum of the ST likelihood as eps -> 0.
+    For :func:`remark1_dataset` along y^(2): 0 for t <= 4, 1/8 for t = 5..11, 1 at t = 12
+    (Chapter 5, ``05_nmst``).
+    """
+    stop, go = dataset.eos_decision_counts(path)
+    total = stop + go
+    if bool((total == 0).any()):
+        raise ValueError("path leaves the data: some of its prefixes occur in no data sequence")
+    zero = torch.zeros(1, dtype=stop.dtype)
+    cs, ct = torch.cat([zero, stop.cumsum(0)]), torch.cat([zero, total.cumsum(0)])
+    steps = stop.shape[0]
+    s = torch.arange(steps).unsqueeze(1)  # block start (row)
+    u = torch.arange(steps).unsqueeze(0)  # block end (column)
+    block = (cs[u + 1] - cs[s]) / (ct[u + 1] - ct[s]).where(u >= s, torch.ones(()))  # avg over s..u
+    inf = torch.tensor(float("inf"), dtype=stop.dtype)
+    # min over u >= t of block[s, u], for each (s, t): reverse cumulative minimum along u
+    masked = torch.where(u >= s, block, inf)
+    suffix_min = torch.flip(torch.cummin(torch.flip(masked, [1]), dim=1).values, [1])  # [s, t]
+    candidates = torch.where(s <= u, suffix_min, -inf)  # only s <= t (here u plays t)
+    return candidates.amax(dim=0)
+
+
+def eos_log_likelihood(dataset: RemarkOneDataset, eos_probs: torch.Tensor, path: torch.Tensor | None = None):
+    """Log-likelihood of the data's eos decisions along ``path`` under eos probabilities ``eos_probs``.
+
+    ``sum_t stop_t log p_t + go_t log(1 - p_t)``, with the convention 0 * log 0 = 0: the part
+    of the objective of Choi et al. (2023), eq. 3 that depends on p(eos) along the path (the
+    non-eos tokens can be fitted exactly by both ST and NMST). Compare
+    :func:`optimal_eos_probs` with :func:`best_monotone_eos_probs` (Chapter 5, ``05_nmst``).
+    """
+    stop, go = dataset.eos_decision_counts(path)
+    p = torch.as_tensor(eos_probs, dtype=torch.float64)
+    if p.shape != stop.shape:
+        raise ValueError(f"eos_probs must have shape {tuple(stop.shape)} (one per step of the path), got {tuple(p.shape)}")
+    if bool(((p < 0) | (p > 1) | p.isnan()).any()):
+        raise ValueError("eos_probs must lie in [0, 1]")
+    zero = torch.zeros_like(p)
+    term_stop = torch.where(stop > 0, stop * torch.log(p), zero)
+    term_go = torch.where(go > 0, go * torch.log1p(-p), zero)
+    return float((term_stop + term_go).sum())

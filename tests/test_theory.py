@@ -1,0 +1,480 @@
+"""Tests of nmst_lib.theory: Welleck et al. (2020) Thm 3.4 construction, ST/NMST termination
+bounds, and Choi, Cho, Lee (2023) Remark 1."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, getcontext
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nmst_lib.decoding import decode
+from nmst_lib.theory import (
+    InconsistentRNN,
+    beam_termination_bound,
+    best_monotone_eos_probs,
+    eos_log_likelihood,
+    eos_rank_and_prob,
+    first_step_eos_above_half,
+    half_life_bound,
+    inconsistent_rnn,
+    monotone_violation,
+    optimal_eos_probs,
+    remark1_dataset,
+)
+
+V = 10  # vocabulary of the Theorem 3.4 model in these tests
+STEPS = 300  # "never terminates" is checked over this many decoding steps
+
+
+@pytest.fixture(scope="module")
+def rnn() -> InconsistentRNN:
+    return inconsistent_rnn(V, hidden_size=6, seed=3, device="cpu")
+
+
+def _contexts(batch: int, k: int = 3, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, V, (batch, k), generator=torch.Generator().manual_seed(seed))
+
+
+# --------------------------------------------------------------------------- construction
+
+
+def test_construction_matches_the_proof_block_structure_and_signs(rnn):
+    d = rnn.hidden_size
+    assert bool((rnn.W_h > 0).all()), "every entry of W_h is positive"
+    assert bool((rnn.h_init > 0).all()), "h_0 = g(C) consists of positive values"
+    U = rnn.output_embeddings
+    assert U.shape == (V, d + V)
+    ubar, second = U[:, :d], U[:, d:]
+    non_eos = [v for v in range(V) if v != rnn.eos_id]
+    assert bool((ubar[non_eos] > 0).all()), "ubar_v > 0 for non-eos tokens"
+    assert bool((ubar[rnn.eos_id] < 0).all()), "ubar_eos < 0"
+    assert torch.equal(second, torch.eye(V, dtype=U.dtype)), "u_v = [ubar_v ; e(v)]: one-hot second block"
+    assert rnn.eos_id == V - 1 and rnn.vocab_size == V
+    assert rnn.W_h.dtype == torch.float64
+
+
+def test_step_is_the_proofs_block_diagonal_tanh_recurrence(rnn):
+    d = rnn.hidden_size
+    # the full recurrence matrix of the proof: [[W_h, 0], [0, I]]
+    M = torch.zeros(d + V, d + V, dtype=torch.float64)
+    M[:d, :d] = rnn.W_h
+    M[d:, d:] = torch.eye(V, dtype=torch.float64)
+    contexts = _contexts(4)
+    state, _ = rnn.initial_state(contexts)
+    tokens = torch.tensor([0, 3, V - 1, 5])
+    new_state, log_probs = rnn.step(state, tokens)
+    inputs = torch.zeros(4, d + V, dtype=torch.float64)
+    inputs[torch.arange(4), d + tokens] = 1.0
+    expected = torch.tanh(state @ M.T + inputs)
+    torch.testing.assert_close(new_state, expected, rtol=0, atol=1e-15)
+    logits = expected @ rnn.output_embeddings.T
+    torch.testing.assert_close(log_probs, (logits.exp() / logits.exp().sum(-1, keepdim=True)).log())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    vocab=st.integers(2, 12),
+    hidden=st.integers(1, 6),
+    data=st.data(),
+)
+def test_eos_logit_negative_non_eos_positive_along_any_prefix(seed, vocab, hidden, data):
+    model = inconsistent_rnn(vocab, hidden, seed=seed, device="cpu")
+    # arbitrary prefixes, eos included as an input: the margin must hold regardless
+    tokens = data.draw(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=40))
+    context = data.draw(st.lists(st.integers(0, vocab - 1), min_size=0, max_size=5))
+    state, _ = model.initial_state(torch.tensor([context], dtype=torch.long).reshape(1, len(context)))
+    for token in tokens:
+        logits = model.logits(state)[0]
+        assert bool((model.W_h > 0).all())
+        assert float(logits[model.eos_id]) < 0
+        non_eos = torch.cat([logits[: model.eos_id], logits[model.eos_id + 1 :]])
+        assert bool((non_eos > 0).all())
+        assert bool((state[0, :hidden] >= model.min_h1).all()), "invariant h1_t >= m of the docstring"
+        state, _ = model.step(state, torch.tensor([token]))
+
+
+def test_greedy_never_terminates_and_eos_is_ranked_last_with_positive_probability(rnn):
+    contexts = _contexts(8)
+    gen = decode(rnn, contexts, "greedy", max_len=STEPS)
+    assert not bool(gen.terminated.any())
+    assert bool((gen.lengths == STEPS).all())
+    trace = eos_rank_and_prob(rnn, contexts, gen.tokens)
+    assert bool(trace.valid.all())
+    assert bool((trace.rank == V).all()), "eos is ranked strictly last at every step"
+    assert bool((trace.prob > 0).all()) and bool((trace.prob < 1 / V).all())
+
+
+@pytest.mark.parametrize("k", [1, 2, V // 2, V - 1])
+def test_top_k_never_terminates_for_k_up_to_V_minus_1(rnn, k):
+    gen = decode(rnn, _contexts(16), "top-k", k=k, max_len=STEPS, generator=torch.Generator().manual_seed(k))
+    assert not bool(gen.terminated.any())
+    assert bool((gen.tokens != rnn.eos_id).all())
+
+
+def test_top_k_with_k_equal_V_is_complete_and_can_terminate(rnn):
+    # the boundary case: k = |V| is ancestral sampling, which does stop
+    gen = decode(rnn, _contexts(64), "top-k", k=V, max_len=STEPS, generator=torch.Generator().manual_seed(0))
+    assert bool(gen.terminated.any())
+
+
+@pytest.mark.parametrize("p", [0.3, 0.8, 1 - 1 / V])
+def test_nucleus_never_terminates_below_one_minus_max_eos_prob(rnn, p):
+    contexts = _contexts(16)
+    gen = decode(rnn, contexts, "nucleus", p=p, max_len=STEPS, generator=torch.Generator().manual_seed(1))
+    assert not bool(gen.terminated.any())
+    trace = eos_rank_and_prob(rnn, contexts, gen.tokens)
+    # the premise of the test: p is below 1 - p(eos) all along the way
+    assert p < 1 - float(trace.prob.max())
+
+
+@pytest.mark.parametrize("beam_size", [1, 2, math.isqrt(V - 1), V - 1])
+def test_beam_search_never_terminates_for_width_up_to_sqrt_V_minus_1_and_beyond(rnn, beam_size):
+    # sqrt(|V| - 1) is the width of Choi et al. (2023), App. A.3; with the beam of Welleck
+    # et al. Def. A.2 every width <= |V| - 1 works (see inconsistent_rnn's docstring)
+    gen = decode(rnn, _contexts(3), "beam", beam_size=beam_size, max_len=STEPS)
+    assert not bool(gen.terminated.any())
+    assert bool((gen.lengths == STEPS).all())
+
+
+def test_ancestral_and_consistent_top_k_terminate_for_some_rows(rnn):
+    contexts = _contexts(64)
+    anc = decode(rnn, contexts, "ancestral", max_len=STEPS, generator=torch.Generator().manual_seed(0))
+    assert bool(anc.terminated.any())
+    cons = decode(
+        rnn, contexts, "top-k", k=2, consistent=True, max_len=STEPS, generator=torch.Generator().manual_seed(0)
+    )
+    assert bool(cons.terminated.any())
+
+
+def test_eos_rank_and_prob_marks_steps_after_eos_and_pad_invalid(rnn):
+    eos = rnn.eos_id
+    tokens = torch.tensor([[1, eos, -1, -1], [2, 3, 4, 5], [eos, -1, -1, -1]])
+    trace = eos_rank_and_prob(rnn, _contexts(3), tokens)
+    expected_valid = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.bool)
+    assert torch.equal(trace.valid, expected_valid)
+    assert bool(trace.prob[~expected_valid].isnan().all())
+    assert bool((trace.rank[~expected_valid] == 0).all())
+    # valid entries agree with the model's own step-by-step distribution
+    state, lp = rnn.initial_state(_contexts(3)[1:2])
+    manual = [lp[0, eos]]
+    for tok in [2, 3, 4]:
+        state, lp = rnn.step(state, torch.tensor([tok]))
+        manual.append(lp[0, eos])
+    torch.testing.assert_close(trace.log_prob[1], torch.stack(manual))
+
+
+def test_inconsistent_rnn_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="vocab_size"):
+        inconsistent_rnn(1)
+    with pytest.raises(TypeError, match="vocab_size"):
+        inconsistent_rnn(4.0)
+    with pytest.raises(ValueError, match="hidden_size"):
+        inconsistent_rnn(4, 0)
+    with pytest.raises(ValueError, match="eos_margin"):
+        inconsistent_rnn(4, eos_margin=0.5)
+    with pytest.raises(ValueError, match="eos_id"):
+        inconsistent_rnn(4, eos_id=4)
+    with pytest.raises(TypeError, match="dtype"):
+        inconsistent_rnn(4, dtype=torch.long)
+    model = inconsistent_rnn(4, device="cpu")
+    with pytest.raises(ValueError, match="token ids"):
+        model.step(model.initial_state(torch.zeros(1, 1, dtype=torch.long))[0], torch.tensor([4]))
+    with pytest.raises(ValueError, match="tokens"):
+        eos_rank_and_prob(model, torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 2, 2, dtype=torch.long))
+
+
+def test_inconsistent_rnn_eos_id_can_be_any_token():
+    model = inconsistent_rnn(6, eos_id=0, device="cpu")
+    gen = decode(model, torch.ones(4, 2, dtype=torch.long), "greedy", max_len=50)
+    assert not bool(gen.terminated.any())
+    trace = eos_rank_and_prob(model, torch.ones(4, 2, dtype=torch.long), gen.tokens)
+    assert bool((trace.rank == 6).all())
+
+
+# --------------------------------------------------------------------------- termination bounds
+
+getcontext().prec = 60
+
+
+def _decimal_half_life(eps: float) -> Decimal:
+    # independent high-precision computation of B = -ln 2 / ln(1 - eps), eps taken exactly
+    return -Decimal(2).ln() / (Decimal(1) - Decimal(eps)).ln()
+
+
+def _decimal_first_step(eps: float) -> int:
+    # smallest integer t with (1 - eps)^t < 1/2, by exact high-precision powers
+    keep = Decimal(1) - Decimal(eps)
+    t = int(_decimal_half_life(eps))  # floor(B), B > 0
+    while t >= 1 and keep**t < Decimal("0.5"):
+        t -= 1
+    while not keep**t < Decimal("0.5"):
+        t += 1
+    return t
+
+
+@settings(max_examples=60, deadline=None)
+@given(eps=st.floats(min_value=1e-7, max_value=0.999, allow_nan=False))
+def test_half_life_bound_equals_minus_log2_over_log1p_minus_eps(eps):
+    expected = float(_decimal_half_life(eps))
+    assert half_life_bound(eps) == pytest.approx(expected, rel=1e-13)
+
+
+@settings(max_examples=60, deadline=None)
+@given(eps=st.floats(min_value=1e-6, max_value=0.999, allow_nan=False))
+def test_first_step_is_where_the_lower_bound_first_exceeds_one_half(eps):
+    t = first_step_eos_above_half(eps)
+    assert t == _decimal_first_step(eps)
+    assert t == math.floor(half_life_bound(eps)) + 1
+    # f_lb(t) = 1 - (1 - eps)^t crosses 1/2 exactly at t (float64, log space)
+    f_lb = lambda s: -math.expm1(s * math.log1p(-eps))  # noqa: E731
+    assert f_lb(t) > 0.5
+    assert t == 1 or f_lb(t - 1) <= 0.5
+
+
+def test_bounds_at_eps_1e5_are_precise():
+    eps = 1e-5
+    B = half_life_bound(eps)
+    assert B == pytest.approx(float(_decimal_half_life(eps)), rel=1e-14)
+    # the float32 mistake the NOTES warn about would be far off
+    naive32 = -math.log(2) / float(torch.log(torch.tensor(1 - eps, dtype=torch.float32)))
+    assert abs(naive32 - B) > 50
+    assert first_step_eos_above_half(eps) == _decimal_first_step(eps) == 69315
+
+
+def test_first_step_at_an_exact_half_is_the_next_step():
+    # eps = 1/2: f_lb(1) = 1/2 exactly (not > 1/2), so the first step is 2
+    assert half_life_bound(0.5) == 1.0
+    assert first_step_eos_above_half(0.5) == 2
+
+
+def test_first_step_agrees_with_heads_eos_lower_bound():
+    heads = pytest.importorskip("nmst_lib.heads")
+    for eps in (1e-5, 1e-4, 5e-4, 0.01, 0.3):
+        t = first_step_eos_above_half(eps)
+        steps = torch.tensor([t - 1, t], dtype=torch.float64)
+        f = heads.eos_lower_bound(steps, eps)
+        assert float(f[1]) > 0.5 and (t == 1 or float(f[0]) <= 0.5)
+
+
+@given(eps=st.floats(min_value=1e-6, max_value=0.99), k=st.integers(1, 50))
+def test_beam_termination_bound_is_t_half_plus_k(eps, k):
+    assert beam_termination_bound(eps, k) == first_step_eos_above_half(eps) + k
+
+
+@pytest.mark.parametrize("bad", [0, 1, -0.1, 1.5, float("nan")])
+def test_bounds_reject_eps_outside_the_open_unit_interval(bad):
+    for fn in (half_life_bound, first_step_eos_above_half):
+        with pytest.raises(ValueError, match="eps"):
+            fn(bad)
+    with pytest.raises(ValueError, match="eps"):
+        beam_termination_bound(bad, 2)
+
+
+def test_bounds_reject_non_numbers_and_bad_beam_sizes():
+    with pytest.raises(TypeError, match="eps"):
+        half_life_bound("0.1")
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_termination_bound(0.1, 0)
+    with pytest.raises(TypeError, match="beam_size"):
+        beam_termination_bound(0.1, 2.0)
+
+
+class _HeadOnRNN:
+    """The Theorem 3.4 model's logits passed through an ST or NMST output layer (heads.py)."""
+
+    def __init__(self, base, head):
+        self.base, self.head = base, head
+        self.eos_id, self.vocab_size = base.eos_id, base.vocab_size
+
+    def initial_state(self, contexts):
+        h, _ = self.base.initial_state(contexts)
+        head_state = self.head.initial_step_state(h.shape[0], h.device)
+        log_probs, head_state = self.head.step(self.base.logits(h), head_state)
+        return (h, head_state), log_probs
+
+    def step(self, state, tokens):
+        h, head_state = state
+        h, _ = self.base.step(h, tokens)
+        log_probs, head_state = self.head.step(self.base.logits(h), head_state)
+        return (h, head_state), log_probs
+
+    def select(self, state, index):
+        h, head_state = state
+        return h[index], head_state[index]
+
+
+@pytest.mark.parametrize("kind,eos_margin", [("STHead", 1.25), ("NMSTHead", 40.0)])
+@pytest.mark.parametrize("eps", [0.05, 0.2])
+def test_st_and_nmst_heads_fix_the_theorem_3_4_model_within_the_bounds(kind, eos_margin, eps):
+    # NMST on a very negative eos logit keeps p(eos) near f_lb(t): the runs get long
+    heads = pytest.importorskip("nmst_lib.heads")
+    base = inconsistent_rnn(V, seed=1, eos_margin=eos_margin, device="cpu")
+    model = _HeadOnRNN(base, getattr(heads, kind)(eps, eos_id=base.eos_id))
+    contexts = _contexts(8)
+    t_half = first_step_eos_above_half(eps)
+    greedy = decode(model, contexts, "greedy", max_len=4 * t_half)
+    assert bool(greedy.terminated.all())
+    assert int(greedy.lengths.max()) <= t_half  # Welleck Thm 4.2 / Choi Thm 3
+    for k in (2, 3):
+        beam = decode(model, contexts, "beam", beam_size=k, max_len=4 * t_half + k)
+        assert bool(beam.terminated.all())
+        assert int(beam.lengths.max()) <= beam_termination_bound(eps, k) - 1  # even the tight count
+
+
+class _PeakedModel:
+    """All non-eos mass on token 0 and eos logit +-50: p(eos at t) equals f_lb(t) up to e^-50
+    under ST (sigma(+50) ~ 1) and NMST (sigma(-50) ~ 0), so greedy meets the bound exactly."""
+
+    def __init__(self, head, eos_logit, vocab=4):
+        self.head, self.vocab_size, self.eos_id = head, vocab, vocab - 1
+        self.logits = torch.full((vocab,), -1000.0, dtype=torch.float64)
+        self.logits[0], self.logits[self.eos_id] = 0.0, eos_logit
+
+    def _out(self, head_state):
+        return self.head.step(self.logits.expand(head_state.shape[0], -1), head_state)
+
+    def initial_state(self, contexts):
+        log_probs, state = self._out(self.head.initial_step_state(contexts.shape[0], contexts.device))
+        return state, log_probs
+
+    def step(self, state, tokens):
+        log_probs, state = self._out(state)
+        return state, log_probs
+
+    def select(self, state, index):
+        return state[index]
+
+
+@pytest.mark.parametrize("kind,eos_logit", [("STHead", 50.0), ("NMSTHead", -50.0)])
+@pytest.mark.parametrize("eps", [0.01, 0.05, 0.2, 0.3])  # f_lb(t) is not within rounding of 1/2 here
+def test_greedy_stops_exactly_at_the_first_step_eos_above_half_when_the_bound_is_tight(kind, eos_logit, eps):
+    heads = pytest.importorskip("nmst_lib.heads")
+    model = _PeakedModel(getattr(heads, kind)(eps, eos_id=3), eos_logit)
+    t_half = first_step_eos_above_half(eps)
+    gen = decode(model, torch.zeros(2, 1, dtype=torch.long), "greedy", max_len=t_half + 5)
+    # eos beats token 0 exactly when f_lb(t) > 1 - f_lb(t): not one step earlier or later
+    assert gen.lengths.tolist() == [t_half, t_half]
+    assert bool(gen.terminated.all())
+
+
+# --------------------------------------------------------------------------- Remark 1
+
+
+def _brute_force_optimal_eos(sequences, counts, path):
+    # the empirical conditional p(eos | path_<t), by plain counting over token strings
+    out = []
+    for t in range(len(path)):
+        sharing = [(s, c) for s, c in zip(sequences, counts) if list(s[:t]) == list(path[:t]) and len(s) > t]
+        total = sum(c for _, c in sharing)
+        out.append(sum(c for s, c in sharing if s[t] == "<eos>") / total)
+    return out
+
+
+def test_remark1_dataset_matches_the_paper():
+    data = remark1_dataset()
+    short, long = data.sequences
+    assert " ".join(short) == "I am a boy <eos>"
+    assert " ".join(long) == "I am a boy , and you are a girl . <eos>"
+    assert data.counts == (1, 1)
+    assert data.vocab[data.eos_id] == "<eos>" and data.eos_id == data.vocab_size - 1
+    # Remark 1's assumptions: shared prefix y_<t0 and t0 = |y1| < |y2| - 1
+    t0 = len(short)
+    assert short[: t0 - 1] == long[: t0 - 1] and t0 < len(long) - 1
+    ids = data.token_ids()
+    assert ids.shape == (2, len(long)) and int(ids[0, t0]) == -1
+
+
+def test_optimal_eos_probs_follow_remark1():
+    data = remark1_dataset()
+    p = optimal_eos_probs(data)
+    t0 = len(data.sequences[0])
+    # eqs. 20-22 of Choi et al. (2023): 0 before t0, 1/2 at t0, 0 after, and 1 at the end
+    expected = [0.0] * (t0 - 1) + [0.5] + [0.0] * (len(data.sequences[1]) - t0 - 1) + [1.0]
+    assert p.tolist() == expected
+    assert p.tolist() == _brute_force_optimal_eos(data.sequences, data.counts, data.sequences[1])
+    assert float(monotone_violation(p)) == 0.5
+
+
+@given(c1=st.integers(1, 20), c2=st.integers(1, 20))
+def test_optimal_eos_probs_with_unequal_counts_match_counting(c1, c2):
+    data = remark1_dataset((c1, c2))
+    p = optimal_eos_probs(data)
+    assert p.tolist() == pytest.approx(_brute_force_optimal_eos(data.sequences, data.counts, data.sequences[1]))
+    assert float(monotone_violation(p)) == pytest.approx(c1 / (c1 + c2))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), eps=st.sampled_from([1e-5, 1e-3, 0.1]))
+def test_every_st_model_has_monotone_eos_probs(seed, eps):
+    heads = pytest.importorskip("nmst_lib.heads")
+    g = torch.Generator().manual_seed(seed)
+    logits = 4 * torch.randn(3, 12, 5, generator=g, dtype=torch.float64)  # [B, T, V], steps along dim -2
+    st_eos = heads.st_log_probs(logits, eos_id=4, eps=eps)[..., 4].exp()
+    assert bool((monotone_violation(st_eos) == 0).all())
+    # strictly increasing where p(eos) is not yet within rounding of 1
+    unsaturated = st_eos[:, 1:] < 1 - 1e-12
+    assert bool((st_eos[:, 1:] > st_eos[:, :-1])[unsaturated].all())
+
+
+def test_nmst_can_represent_the_remark1_optimum_up_to_its_lower_bound():
+    heads = pytest.importorskip("nmst_lib.heads")
+    data = remark1_dataset()
+    target = optimal_eos_probs(data)
+    # eos logit +-30: sigma ~ 1 where the data stops, ~ 0 where it goes on
+    eos_logit = torch.where(target > 0.75, 30.0, torch.where(target > 0.25, 0.0, -30.0)).double()
+    logits = torch.zeros(1, target.numel(), data.vocab_size, dtype=torch.float64)
+    logits[0, :, data.eos_id] = eos_logit
+    p = heads.nmst_log_probs(logits, eos_id=data.eos_id, eps=1e-5)[0, :, data.eos_id].exp()
+    assert float(monotone_violation(p)) > 0.49
+    torch.testing.assert_close(p, target, atol=1e-3, rtol=0)
+
+
+def test_best_monotone_fit_is_one_eighth_after_boy():
+    # maximise log q + 7 log(1 - q) (one stop and seven go decisions pooled from t0 on,
+    # since monotonicity forces p_t >= p_t0 afterwards): q = 1/8
+    data = remark1_dataset()
+    fit = best_monotone_eos_probs(data)
+    t0 = len(data.sequences[0])
+    expected = [0.0] * (t0 - 1) + [1 / 8] * (len(data.sequences[1]) - t0) + [1.0]
+    torch.testing.assert_close(fit, torch.tensor(expected, dtype=torch.float64))
+    assert float(monotone_violation(fit)) == 0
+    assert eos_log_likelihood(data, fit) < eos_log_likelihood(data, optimal_eos_probs(data))
+    assert eos_log_likelihood(data, optimal_eos_probs(data)) == pytest.approx(2 * math.log(0.5))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    c1=st.integers(1, 5),
+    c2=st.integers(1, 5),
+    increments=st.lists(st.floats(0, 1), min_size=12, max_size=12),
+)
+def test_best_monotone_fit_beats_every_other_monotone_sequence(c1, c2, increments):
+    data = remark1_dataset((c1, c2))
+    fit = best_monotone_eos_probs(data)
+    other = torch.tensor(increments, dtype=torch.float64).cumsum(0)
+    other = other / max(1.0, float(other[-1]))  # non-decreasing in [0, 1]
+    assert float(monotone_violation(fit)) == 0
+    assert eos_log_likelihood(data, other) <= eos_log_likelihood(data, fit) + 1e-12
+
+
+def test_remark1_helpers_reject_bad_input():
+    with pytest.raises(ValueError, match="counts"):
+        remark1_dataset((1, 0))
+    with pytest.raises(ValueError, match="counts"):
+        remark1_dataset((1, 2, 3))
+    data = remark1_dataset()
+    with pytest.raises(ValueError, match="shape"):
+        eos_log_likelihood(data, torch.zeros(3))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        eos_log_likelihood(data, torch.full((12,), 1.5))
+    with pytest.raises(ValueError, match="leaves the data"):
+        optimal_eos_probs(data, data.encode(["I", "am", "girl", "."]))
+    with pytest.raises(ValueError, match="vocabulary"):
+        data.encode(["cat"])
+    with pytest.raises(ValueError, match="eos_probs"):
+        monotone_violation(torch.tensor(0.5))
