@@ -1,0 +1,555 @@
+"""Output layers: vanilla softmax, self-terminating (ST) and non-monotonic self-terminating (NMST).
+
+An output layer turns the logits ``z = U h_t`` of a language model into next-token
+log-probabilities. The three layers of the book differ only in how they treat ``<eos>``:
+
+* **vanilla** (Choi, Cho, Lee (2023), Def. 1): ``log_softmax(z)``; nothing forces eos.
+* **ST** (Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023), Def. 5, eq. 9):
+  ``p(eos at t) = 1 - prod_{s<=t} (1 - eps) sigma(z_eos at s)``, non-decreasing in t.
+* **NMST** (Choi, Cho, Lee (2023), Def. 6, eq. 10):
+  ``p(eos at t) = (1 - sigma(z_eos)) (1 - (1 - eps)^t) + sigma(z_eos)``, free to go up and
+  down but never below the lower bound ``f_lb(t) = 1 - (1 - eps)^t``.
+
+In ST and NMST the other tokens share ``1 - p(eos)`` in proportion to a softmax over the
+NON-eos logits. Everything is computed in log space, exactly, with no clamping: the layers
+return finite eos log-probabilities and finite gradients even at ``|logit| = 1e4`` in float32,
+and float64 inputs give float64-accurate outputs.
+
+Steps ``t = 1, 2, ...`` count continuation tokens (DESIGN.md); the functions take them along
+dim -2 of the logits ``[..., T, V]``, the :class:`OutputHead` modules also understand a context
+mask (context positions are not steps) and decode one step at a time with :meth:`~OutputHead.step`.
+Chapter 4 (04_self_terminating) derives ST, Chapter 5 (05_nmst) derives NMST.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from ._validation import check_eps, check_index
+
+__all__ = [
+    "log1mexp",
+    "eos_lower_bound",
+    "st_eos_log_probs",
+    "nmst_eos_log_probs",
+    "vanilla_log_probs",
+    "st_log_probs",
+    "nmst_log_probs",
+    "OutputHead",
+    "VanillaHead",
+    "STHead",
+    "NMSTHead",
+    "head_from_name",
+    "HEAD_NAMES",
+]
+
+_LOG_HALF = -math.log(2.0)
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_logits(logits, min_dim: int = 1) -> torch.Tensor:
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor (float32 or float64), got {logits.dtype}")
+    if logits.dim() < min_dim:
+        raise ValueError(
+            f"logits must have at least {min_dim} dims ([..., T, V]: steps along dim -2, vocabulary last), "
+            f"got shape {tuple(logits.shape)}"
+        )
+    return logits
+
+
+def _check_eos_vocab(logits: torch.Tensor, eos_id) -> int:
+    vocab_size = logits.shape[-1]
+    eos_id = check_index(eos_id, vocab_size, "eos_id")
+    if vocab_size < 2:
+        raise ValueError("ST/NMST need at least one non-eos token: the vocabulary (last dim of logits) must have size >= 2")
+    return eos_id
+
+
+def _check_steps(t, shape: torch.Size) -> torch.Tensor | int:
+    """``t`` for :func:`nmst_log_probs`: an int >= 0, or a real tensor >= 0 broadcastable to ``shape``."""
+    if isinstance(t, torch.Tensor):
+        if t.dtype == torch.bool or t.is_complex():
+            raise TypeError(f"t must be an integer or real tensor of step numbers, got dtype {t.dtype}")
+        try:
+            broadcast = torch.broadcast_shapes(t.shape, shape)
+        except RuntimeError:
+            broadcast = None
+        if broadcast != shape:
+            raise ValueError(
+                f"t of shape {tuple(t.shape)} must broadcast to logits.shape[:-1] = {tuple(shape)}"
+            )
+        if bool((t < 0).any()) or bool(torch.isnan(t).any()):
+            raise ValueError("t must be >= 0 (t = 1 is the first continuation step; t = 0 means no lower bound)")
+        return t
+    if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+        raise TypeError(f"t must be an int >= 0 or a tensor of step numbers, got {type(t).__name__}")
+    if t < 0:
+        raise ValueError(f"t must be >= 0 (t = 1 is the first continuation step), got {t}")
+    return int(t)
+
+
+# ----------------------------------------------------------------------------- building blocks
+
+
+def log1mexp(x):
+    """``log(1 - exp(x))`` for ``x <= 0``, accurate over the whole range (Maechler 2012).
+
+    Near 0 (``x > -log 2``) it uses ``log(-expm1(x))``, further out ``log1p(-exp(x))``; each
+    branch only ever sees inputs that are safe for it, so gradients stay finite too. It turns
+    ``log(1 - p(eos))`` into ``log p(eos)`` for ST (Welleck et al. (2020), Def. 4.3) and gives
+    ``log f_lb(t)`` for NMST (Choi, Cho, Lee (2023), Def. 6); Chapter 4 (04_self_terminating).
+    ``x = 0`` gives ``-inf``; ``x > 0`` is outside the domain and gives NaN (like ``torch.log``
+    of a negative number). Accepts a floating tensor or a real number (returns a float).
+    """
+    if isinstance(x, torch.Tensor):
+        if not x.is_floating_point():
+            raise TypeError(f"log1mexp needs a floating-point tensor, got {x.dtype}")
+        near_zero = x > _LOG_HALF
+        x_near = torch.where(near_zero, x, -1.0)
+        x_far = torch.where(near_zero, -1.0, x)
+        return torch.where(near_zero, torch.log(-torch.expm1(x_near)), torch.log1p(-torch.exp(x_far)))
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"log1mexp needs a real number or a floating tensor, got {type(x).__name__}")
+    x = float(x)
+    if x > 0 or math.isnan(x):
+        return math.nan
+    if x == 0:
+        return -math.inf
+    return math.log(-math.expm1(x)) if x > _LOG_HALF else math.log1p(-math.exp(x))
+
+
+def eos_lower_bound(t, eps):
+    """The lower bound ``f_lb(t) = 1 - (1 - eps)^t`` on ``p(eos at step t)``.
+
+    Choi, Cho, Lee (2023), Def. 6 and Fig. 1 (``f_lb``); Welleck et al. (2020), proof of
+    Thm. 4.2. Both ST and NMST keep ``p(eos at t) >= f_lb(t)``, and ``f_lb(t) -> 1``, which is
+    why they terminate (Chapters 4 and 5: 04_self_terminating, 05_nmst). Computed as
+    ``-expm1(t * log1p(-eps))``, exact even for ``eps = 1e-5`` in float32.
+    ``t`` is a number >= 0 (returns a float) or a tensor of step numbers >= 0 (returns a
+    tensor; integer tensors are converted to the default float dtype).
+    """
+    eps = check_eps(eps)
+    if isinstance(t, torch.Tensor):
+        if t.dtype == torch.bool or t.is_complex():
+            raise TypeError(f"t must be a tensor of step numbers, got dtype {t.dtype}")
+        if bool((t < 0).any()) or bool(torch.isnan(t).any()):
+            raise ValueError("t must be >= 0 (step numbers)")
+        if not t.is_floating_point():
+            t = t.to(torch.get_default_dtype())
+        return -torch.expm1(t * math.log1p(-eps))
+    if isinstance(t, bool) or not isinstance(t, numbers.Real):
+        raise TypeError(f"t must be a number >= 0 or a tensor, got {type(t).__name__}")
+    if not t >= 0:
+        raise ValueError(f"t must be >= 0 (a step number), got {t!r}")
+    return -math.expm1(float(t) * math.log1p(-eps))
+
+
+# ----------------------------------------------------------------------------- eos rules
+
+
+def _st_rule(eos_logits: torch.Tensor, log1m_eps: float, is_step: torch.Tensor | None = None):
+    """ST eos rule along the last dim; positions where ``is_step`` is False are context (no eos)."""
+    log_keep_step = log1m_eps + F.logsigmoid(eos_logits)  # log((1 - eps) sigma(z_s))
+    if is_step is not None:
+        log_keep_step = torch.where(is_step, log_keep_step, 0.0)
+    log_keep = torch.cumsum(log_keep_step, dim=-1)  # log(1 - p(eos at t)) = sum_{s <= t}
+    return _finish_rule(log_keep, is_step)
+
+
+def _nmst_rule(eos_logits: torch.Tensor, log1m_eps: float, t, is_step: torch.Tensor | None = None):
+    """NMST eos rule at step(s) ``t``; positions where ``is_step`` is False are context (no eos)."""
+    if isinstance(t, torch.Tensor):
+        t = t.to(device=eos_logits.device, dtype=eos_logits.dtype)
+    log_bound_keep = t * log1m_eps  # log (1 - eps)^t
+    log_bound = log1mexp(log_bound_keep)  # log f_lb(t); -inf at t = 0
+    log_sigma = F.logsigmoid(eos_logits)
+    log_one_minus_sigma = F.logsigmoid(-eos_logits)
+    # 1 - p(eos) = (1 - sigma) (1 - eps)^t   and   p(eos) = sigma + (1 - sigma) f_lb(t)
+    log_keep = log_one_minus_sigma + log_bound_keep
+    log_p_eos = torch.logaddexp(log_sigma, log_one_minus_sigma + log_bound)
+    if is_step is None:
+        return log_p_eos, log_keep
+    return torch.where(is_step, log_p_eos, -math.inf), torch.where(is_step, log_keep, 0.0)
+
+
+def _finish_rule(log_keep: torch.Tensor, is_step: torch.Tensor | None):
+    """``(log p(eos), log(1 - p(eos)))`` from ``log(1 - p(eos))``; context positions get (-inf, 0)."""
+    if is_step is None:
+        return log1mexp(log_keep), log_keep
+    # context positions: keep their (unused) input away from log1mexp's pole at 0, so that the
+    # gradient of the branch torch.where drops is 0 and not 0 * inf = NaN
+    log_p_eos = log1mexp(torch.where(is_step, log_keep, -1.0))
+    return torch.where(is_step, log_p_eos, -math.inf), torch.where(is_step, log_keep, 0.0)
+
+
+def st_eos_log_probs(eos_logits, eps):
+    """``(log p(eos at t), log(1 - p(eos at t)))`` of an ST layer, steps ``t = 1..T`` along the last dim.
+
+    Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023), Def. 5, eq. 9:
+    ``1 - p(eos at t) = prod_{s<=t} (1 - eps) sigma(z_s)``, accumulated as a cumulative sum of
+    ``log1p(-eps) + logsigmoid(z_s)``; ``log p(eos) = log1mexp(log(1 - p(eos)))``.
+    ``eos_logits`` is ``[..., T]`` (the eos logit ``u_eos . h_t`` of each step). Chapter 4
+    (04_self_terminating).
+    """
+    eps = check_eps(eps)
+    eos_logits = _check_logits(eos_logits, min_dim=1)
+    return _st_rule(eos_logits, math.log1p(-eps))
+
+
+def nmst_eos_log_probs(eos_logits, eps, t=None):
+    """``(log p(eos at t), log(1 - p(eos at t)))`` of an NMST layer.
+
+    Choi, Cho, Lee (2023), Def. 6, eq. 10: ``p(eos) = sigma(z) + (1 - sigma(z)) f_lb(t)``, so
+    ``log(1 - p(eos)) = logsigmoid(-z) + t log1p(-eps)`` exactly and
+    ``log p(eos) = logaddexp(logsigmoid(z), logsigmoid(-z) + log f_lb(t))``.
+    ``eos_logits`` is ``[..., T]``; ``t`` defaults to ``1..T`` along the last dim, or is an int
+    >= 0 or a tensor broadcastable to ``eos_logits`` (``t = 0``: no lower bound,
+    ``p(eos) = sigma(z)``). Chapter 5 (05_nmst).
+    """
+    eps = check_eps(eps)
+    eos_logits = _check_logits(eos_logits, min_dim=1)
+    if t is None:
+        t = torch.arange(1, eos_logits.shape[-1] + 1, device=eos_logits.device)
+    t = _check_steps(t, eos_logits.shape)
+    return _nmst_rule(eos_logits, math.log1p(-eps), t)
+
+
+# ----------------------------------------------------------------------------- the shared layer
+
+
+def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tensor, log_keep: torch.Tensor):
+    """``out[..., v] = log(1 - p(eos)) + log_softmax_{v' != eos}(z)_v`` and ``out[..., eos] = log p(eos)``.
+
+    The second line of Choi, Cho, Lee (2023), Defs. 5 and 6. One copy of the logits (with the
+    eos logit set to -inf) is turned into the non-eos log-softmax in place, shifted by
+    ``log(1 - p(eos))`` in place, and its eos column set: one [..., V] tensor in all.
+    """
+    out = logits.clone(memory_format=torch.contiguous_format)
+    out[..., eos_id] = -math.inf
+    torch.log_softmax(out, dim=-1, out=out)  # row-wise: all reads of a row happen before its writes
+    out += log_keep.unsqueeze(-1)
+    out[..., eos_id] = log_p_eos
+    return out
+
+
+class _EosSplitLogSoftmax(torch.autograd.Function):
+    """Autograd for :func:`_assemble_log_probs` without extra [..., V] tensors.
+
+    With ``q = softmax over the non-eos logits`` and upstream gradient ``g``, the non-eos
+    logits get ``g_w - q_w * sum_{v != eos} g_v``. The eos rule is a small function of the eos
+    logits (and of ``rule_inputs``, e.g. ST's running state when decoding): it is re-run under
+    autograd and differentiated with ``d/d log p(eos) = g_eos`` and
+    ``d/d log(1 - p(eos)) = sum_{v != eos} g_v``.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, eos_id, eos_rule, *rule_inputs):
+        eos_logits = logits[..., eos_id].clone()
+        log_p_eos, log_keep = eos_rule(eos_logits, *rule_inputs)
+        out = _assemble_log_probs(logits, eos_id, log_p_eos, log_keep)
+        ctx.save_for_backward(out, eos_logits, log_keep, *rule_inputs)
+        ctx.eos_id, ctx.eos_rule = eos_id, eos_rule
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        out, eos_logits, log_keep, *rule_inputs = ctx.saved_tensors
+        eos_id = ctx.eos_id
+        grad_log_p_eos = grad_out[..., eos_id]
+        grad_log_keep = grad_out.sum(-1) - grad_log_p_eos  # sum over the non-eos tokens
+        grad_logits = None
+        if ctx.needs_input_grad[0]:
+            # q = exp(out - log(1 - p(eos))) is the softmax over the non-eos logits
+            grad_logits = torch.sub(out, log_keep.unsqueeze(-1)).exp_()
+            grad_logits[..., eos_id] = 0.0
+            torch.addcmul(grad_out, grad_logits, grad_log_keep.unsqueeze(-1), value=-1.0, out=grad_logits)
+        with torch.enable_grad():
+            leaves = [eos_logits.detach().requires_grad_(ctx.needs_input_grad[0])]
+            leaves += [x.detach().requires_grad_(need) for x, need in zip(rule_inputs, ctx.needs_input_grad[3:])]
+            wanted = [leaf for leaf in leaves if leaf.requires_grad]
+            log_p_eos, log_keep = ctx.eos_rule(*leaves)
+            grads = iter(torch.autograd.grad((log_p_eos, log_keep), wanted, (grad_log_p_eos, grad_log_keep),
+                                             allow_unused=True, materialize_grads=True))
+        if grad_logits is not None:
+            grad_logits[..., eos_id] = next(grads)
+        rule_grads = [next(grads) if leaf.requires_grad else None for leaf in leaves[1:]]
+        return (grad_logits, None, None, *rule_grads)
+
+
+def _log_probs_with_eos_rule(logits: torch.Tensor, eos_id: int, eos_rule, *rule_inputs: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities of an output layer that sets ``p(eos)`` by ``eos_rule`` and shares
+    ``1 - p(eos)`` among the other tokens by a softmax over their logits (Choi, Cho, Lee (2023),
+    Defs. 5-6). ``eos_rule(eos_logits, *rule_inputs)`` returns ``(log p(eos), log(1 - p(eos)))``;
+    gradients reach ``logits`` and any of ``rule_inputs`` that require them."""
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (logits, *rule_inputs)):
+        return _EosSplitLogSoftmax.apply(logits, eos_id, eos_rule, *rule_inputs)
+    log_p_eos, log_keep = eos_rule(logits[..., eos_id], *rule_inputs)
+    return _assemble_log_probs(logits, eos_id, log_p_eos, log_keep)
+
+
+# ----------------------------------------------------------------------------- functional API
+
+
+def vanilla_log_probs(logits):
+    """Log-softmax over the last dim: the vanilla output layer (Choi, Cho, Lee (2023), Def. 1;
+    Welleck et al. (2020), Sec. 2). It has no notion of steps. Chapter 1 (01_decoding)."""
+    return torch.log_softmax(_check_logits(logits), dim=-1)
+
+
+def st_log_probs(logits, eos_id, eps):
+    """Self-terminating (ST) log-probabilities for ``logits[..., T, V]``, steps ``t = 1..T`` along dim -2.
+
+    Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023), Def. 5 (eq. 9):
+    ``p(eos at t) = 1 - prod_{s<=t} (1 - eps) sigma(z_eos at s)`` and, for ``v != eos``,
+    ``p(v) = (1 - p(eos)) softmax_{v' != eos}(z)_v``. Computed in log space:
+    ``log(1 - p(eos))`` is a cumulative sum of ``log1p(-eps) + logsigmoid(z_eos)``,
+    ``log p(eos) = log1mexp(log(1 - p(eos)))``. ``eos_id`` in ``[0, V)``, ``eps`` in (0, 1).
+    Chapter 4 (04_self_terminating).
+    """
+    logits = _check_logits(logits, min_dim=2)
+    eps = check_eps(eps)
+    eos_id = _check_eos_vocab(logits, eos_id)
+    log1m_eps = math.log1p(-eps)
+    return _log_probs_with_eos_rule(logits, eos_id, lambda z: _st_rule(z, log1m_eps))
+
+
+def nmst_log_probs(logits, eos_id, eps, t=None):
+    """Non-monotonic self-terminating (NMST) log-probabilities for ``logits[..., V]``.
+
+    Choi, Cho, Lee (2023), Def. 6 (eq. 10): ``p(eos at t) = (1 - sigma(z_eos)) (1 - (1-eps)^t)
+    + sigma(z_eos)`` and, for ``v != eos``, ``p(v) = (1 - p(eos)) softmax_{v' != eos}(z)_v``.
+    Computed in log space: ``log(1 - p(eos)) = logsigmoid(-z_eos) + t log1p(-eps)`` exactly and
+    ``log p(eos) = logaddexp(logsigmoid(z_eos), logsigmoid(-z_eos) + log f_lb(t))``.
+    ``t`` defaults to ``1..T`` along dim -2 (logits ``[..., T, V]``, at least 2-D); it may be an
+    int >= 0 or a tensor broadcastable to ``logits.shape[:-1]`` (``t = 0``: no lower bound,
+    ``p(eos) = sigma(z_eos)``). ``eos_id`` in ``[0, V)``, ``eps`` in (0, 1).
+    Chapter 5 (05_nmst).
+    """
+    logits = _check_logits(logits, min_dim=2 if t is None else 1)
+    eps = check_eps(eps)
+    eos_id = _check_eos_vocab(logits, eos_id)
+    if t is None:
+        t = torch.arange(1, logits.shape[-2] + 1, device=logits.device)
+    t = _check_steps(t, logits.shape[:-1])
+    log1m_eps = math.log1p(-eps)
+    return _log_probs_with_eos_rule(logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t))
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+def _check_context_mask(context_mask, logits: torch.Tensor):
+    if context_mask is None:
+        return None
+    if not isinstance(context_mask, torch.Tensor) or context_mask.dtype != torch.bool:
+        got = context_mask.dtype if isinstance(context_mask, torch.Tensor) else type(context_mask).__name__
+        raise TypeError(f"context_mask must be a bool tensor [B, T] (True at context positions), got {got}")
+    if logits.dim() < 2 or context_mask.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"context_mask must have shape logits.shape[:-1] = {tuple(logits.shape[:-1])} "
+            f"(logits [B, T, V]), got {tuple(context_mask.shape)}"
+        )
+    return context_mask.to(logits.device)
+
+
+def _check_step_inputs(logits, state) -> torch.Tensor:
+    logits = _check_logits(logits)
+    if logits.dim() != 2:
+        raise ValueError(f"step expects the logits of one step, [B, V], got shape {tuple(logits.shape)}")
+    if not isinstance(state, torch.Tensor) or state.shape != logits.shape[:1]:
+        shape = tuple(state.shape) if isinstance(state, torch.Tensor) else type(state).__name__
+        raise ValueError(
+            f"state must be a tensor [B] = [{logits.shape[0]}] from initial_step_state or step, got {shape}"
+        )
+    return logits
+
+
+class OutputHead(nn.Module):
+    """Base class of the output layers: logits ``[B, T, V]`` -> log-probabilities ``[B, T, V]``.
+
+    Subclasses (:class:`VanillaHead`, :class:`STHead`, :class:`NMSTHead`) implement one
+    definition each (Chapters 1, 4 and 5). Attributes: ``name`` ("VA", "ST", "NMST"), ``eps``
+    (None for vanilla) and ``eos_id`` (``-1`` means the last id of the vocabulary, resolved
+    against ``V`` at call time, as in DESIGN.md where eos is the last id for WikiText and GPT-2).
+
+    * ``forward(logits, context_mask=None)``: teacher forcing. ``context_mask[B, T]`` is True
+      where position j predicts a context token: such positions are not steps, carry no eos
+      mass (eos log-prob -inf, the rest a log-softmax over the non-eos logits) and are meant to
+      carry no loss; step ``t = 1`` is the first False position of each row
+      (``t = cumsum(~context_mask)``), whatever each row's context length.
+    * ``initial_step_state(batch_size, device)`` and ``step(logits[B, V], state[B])`` decode one
+      continuation step at a time; ``step`` agrees with ``forward`` to float64 precision, and the
+      state is always a tensor with first dim ``B`` (a model's ``select`` indexes it).
+    """
+
+    name = "?"
+    eps: float | None = None
+
+    def __init__(self, eos_id: int = -1):
+        super().__init__()
+        if isinstance(eos_id, bool) or not isinstance(eos_id, numbers.Integral) or eos_id < -1:
+            raise ValueError(f"eos_id must be an int >= 0, or -1 for the last id of the vocabulary; got {eos_id!r}")
+        self.eos_id = int(eos_id)
+
+    def extra_repr(self) -> str:
+        eps = "" if self.eps is None else f"eps={self.eps:g}, "
+        return f"{eps}eos_id={self.eos_id}"
+
+    def resolve_eos_id(self, vocab_size: int) -> int:
+        """The eos id for a vocabulary of ``vocab_size`` (``-1`` -> ``vocab_size - 1``)."""
+        eos_id = vocab_size - 1 if self.eos_id == -1 else self.eos_id
+        return check_index(eos_id, vocab_size, "eos_id")
+
+    def forward(self, logits: torch.Tensor, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def initial_step_state(self, batch_size: int, device=None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def step(self, logits: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+class VanillaHead(OutputHead):
+    """Vanilla softmax output layer (Choi, Cho, Lee (2023), Def. 1; Chapter 1, 01_decoding).
+
+    A plain log-softmax at every position: it has no notion of steps, so ``context_mask`` is
+    checked but does not change the output, and the decoding state is a dummy ``zeros(B)``.
+    """
+
+    name = "VA"
+
+    def forward(self, logits, context_mask=None):
+        logits = _check_logits(logits)
+        _check_context_mask(context_mask, logits)
+        return torch.log_softmax(logits, dim=-1)
+
+    def initial_step_state(self, batch_size, device=None):
+        return torch.zeros(_check_batch_size(batch_size), device=device)
+
+    def step(self, logits, state):
+        logits = _check_step_inputs(logits, state)
+        return torch.log_softmax(logits, dim=-1), state
+
+
+class _SelfTerminatingBase(OutputHead):
+    def __init__(self, eps, eos_id: int = -1):
+        super().__init__(eos_id)
+        self.eps = check_eps(eps)
+
+    @property
+    def log1m_eps(self) -> float:
+        """``log(1 - eps)``, computed as ``log1p(-eps)`` (exact for eps = 1e-5)."""
+        return math.log1p(-self.eps)
+
+    def _prepare(self, logits, context_mask):
+        logits = _check_logits(logits, min_dim=2)
+        context_mask = _check_context_mask(context_mask, logits)
+        eos_id = self.resolve_eos_id(logits.shape[-1])
+        _check_eos_vocab(logits, eos_id)
+        return logits, eos_id, (None if context_mask is None else ~context_mask)
+
+
+class STHead(_SelfTerminatingBase):
+    """Self-terminating output layer (Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023),
+    Def. 5). Chapter 4 (04_self_terminating).
+
+    ``p(eos at t) = 1 - prod_{s<=t} (1 - eps) sigma(z_eos at s)`` where the product runs over
+    continuation steps only (context positions are skipped). The decoding state is
+    ``log prod_{s<t} (1 - eps) sigma(z_s)`` per row, starting at 0.
+    """
+
+    name = "ST"
+
+    def forward(self, logits, context_mask=None):
+        logits, eos_id, is_step = self._prepare(logits, context_mask)
+        log1m_eps = self.log1m_eps
+        return _log_probs_with_eos_rule(logits, eos_id, lambda z: _st_rule(z, log1m_eps, is_step))
+
+    def initial_step_state(self, batch_size, device=None):
+        return torch.zeros(_check_batch_size(batch_size), device=device)
+
+    def step(self, logits, state):
+        logits = _check_step_inputs(logits, state)
+        eos_id = self.resolve_eos_id(logits.shape[-1])
+        _check_eos_vocab(logits, eos_id)
+        log1m_eps = self.log1m_eps
+
+        def rule(eos_logits, log_keep_before):
+            return _finish_rule(log_keep_before + (log1m_eps + F.logsigmoid(eos_logits)), None)
+
+        log_probs = _log_probs_with_eos_rule(logits, eos_id, rule, state)
+        new_state = state + (log1m_eps + F.logsigmoid(logits[:, eos_id]))
+        return log_probs, new_state
+
+
+class NMSTHead(_SelfTerminatingBase):
+    """Non-monotonic self-terminating output layer (Choi, Cho, Lee (2023), Def. 6).
+    Chapter 5 (05_nmst).
+
+    ``p(eos at t) = (1 - sigma(z_eos)) (1 - (1 - eps)^t) + sigma(z_eos)`` with ``t`` counting
+    continuation steps (``t = cumsum(~context_mask)``). The decoding state is the number of
+    steps taken so far per row (a LongTensor, starting at 0; the first step uses ``t = 1``).
+    """
+
+    name = "NMST"
+
+    def forward(self, logits, context_mask=None):
+        logits, eos_id, is_step = self._prepare(logits, context_mask)
+        if is_step is None:
+            t = torch.arange(1, logits.shape[-2] + 1, device=logits.device)
+        else:
+            t = torch.cumsum(is_step, dim=-1)
+        log1m_eps = self.log1m_eps
+        return _log_probs_with_eos_rule(logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t, is_step))
+
+    def initial_step_state(self, batch_size, device=None):
+        return torch.zeros(_check_batch_size(batch_size), dtype=torch.long, device=device)
+
+    def step(self, logits, state):
+        logits = _check_step_inputs(logits, state)
+        eos_id = self.resolve_eos_id(logits.shape[-1])
+        _check_eos_vocab(logits, eos_id)
+        t = state + 1
+        log1m_eps = self.log1m_eps
+        return _log_probs_with_eos_rule(logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t)), t
+
+
+def _check_batch_size(batch_size) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 0:
+        raise ValueError(f"batch_size must be an int >= 0, got {batch_size!r}")
+    return int(batch_size)
+
+
+HEAD_NAMES = {"vanilla": VanillaHead, "va": VanillaHead, "st": STHead, "nmst": NMSTHead}
+
+
+def head_from_name(name, eps=None, eos_id: int = -1) -> OutputHead:
+    """Build an output layer by name: "vanilla"/"va", "st" or "nmst" (case-insensitive).
+
+    ST and NMST need ``eps`` in (0, 1) (Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023),
+    Defs. 5-6); vanilla takes none. Chapters 4-6 use it to build models from configs.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"head name must be a string, one of {sorted(HEAD_NAMES)}; got {type(name).__name__}")
+    key = name.strip().lower()
+    if key not in HEAD_NAMES:
+        raise ValueError(f"unknown output layer {name!r}; allowed names: {', '.join(sorted(HEAD_NAMES))} (any case)")
+    cls = HEAD_NAMES[key]
+    if cls is VanillaHead:
+        if eps is not None:
+            raise ValueError(f"the vanilla head has no eps; pass eps=None (got eps={eps!r})")
+        return VanillaHead(eos_id)
+    if eps is None:
+        raise ValueError(f"the {cls.name} head needs eps in (0, 1), e.g. head_from_name({name!r}, eps=1e-4)")
+    return cls(eps, eos_id)
