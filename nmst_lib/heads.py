@@ -70,7 +70,9 @@ def _check_eos_vocab(logits: torch.Tensor, eos_id) -> int:
     vocab_size = logits.shape[-1]
     eos_id = check_index(eos_id, vocab_size, "eos_id")
     if vocab_size < 2:
-        raise ValueError("ST/NMST need at least one non-eos token: the vocabulary (last dim of logits) must have size >= 2")
+        raise ValueError(
+            "ST/NMST need at least one non-eos token: the vocabulary (last dim of logits) must have size >= 2"
+        )
     return eos_id
 
 
@@ -235,7 +237,11 @@ def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tens
     """
     out = logits.clone(memory_format=torch.contiguous_format)
     out[..., eos_id] = -math.inf
-    torch.log_softmax(out, dim=-1, out=out)  # row-wise: all reads of a row happen before its writes
+    if out.device.type in ("cpu", "cuda"):
+        # in place: the CPU and CUDA kernels read a whole row (max, sum) before writing it
+        torch.log_softmax(out, dim=-1, out=out)
+    else:
+        out = torch.log_softmax(out, dim=-1)
     out += log_keep.unsqueeze(-1)
     out[..., eos_id] = log_p_eos
     return out
@@ -269,9 +275,9 @@ class _EosSplitLogSoftmax(torch.autograd.Function):
         grad_log_keep = grad_out.sum(-1) - grad_log_p_eos  # sum over the non-eos tokens
         grad_logits = None
         if ctx.needs_input_grad[0]:
-            # q = exp(out - log(1 - p(eos))) is the softmax over the non-eos logits
+            # q = exp(out - log(1 - p(eos))) is the softmax over the non-eos logits; the eos column
+            # (exp(log p(eos) - log(1 - p(eos))), maybe inf) is overwritten below
             grad_logits = torch.sub(out, log_keep.unsqueeze(-1)).exp_()
-            grad_logits[..., eos_id] = 0.0
             torch.addcmul(grad_out, grad_logits, grad_log_keep.unsqueeze(-1), value=-1.0, out=grad_logits)
         with torch.enable_grad():
             leaves = [eos_logits.detach().requires_grad_(ctx.needs_input_grad[0])]
@@ -397,8 +403,10 @@ class OutputHead(nn.Module):
 
     def __init__(self, eos_id: int = -1):
         super().__init__()
-        if isinstance(eos_id, bool) or not isinstance(eos_id, numbers.Integral) or eos_id < -1:
-            raise ValueError(f"eos_id must be an int >= 0, or -1 for the last id of the vocabulary; got {eos_id!r}")
+        if isinstance(eos_id, bool) or not isinstance(eos_id, numbers.Integral):
+            raise TypeError(f"eos_id must be an int >= 0, or -1 for the last id of the vocabulary; got {eos_id!r}")
+        if eos_id < -1:
+            raise ValueError(f"eos_id must be an int >= 0, or -1 for the last id of the vocabulary; got {eos_id}")
         self.eos_id = int(eos_id)
 
     def extra_repr(self) -> str:
@@ -411,12 +419,16 @@ class OutputHead(nn.Module):
         return check_index(eos_id, vocab_size, "eos_id")
 
     def forward(self, logits: torch.Tensor, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Log-probabilities ``[..., T, V]`` of ``logits[..., T, V]`` (teacher forcing), with steps
+        along dim -2 and ``context_mask[..., T]`` (True = context position, not a step)."""
         raise NotImplementedError
 
     def initial_step_state(self, batch_size: int, device=None) -> torch.Tensor:
+        """The per-row state ``[batch_size]`` before the first continuation step."""
         raise NotImplementedError
 
     def step(self, logits: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities ``[B, V]`` of the next continuation step and the new state ``[B]``."""
         raise NotImplementedError
 
 

@@ -241,7 +241,10 @@ def test_eos_probability_never_falls_below_the_lower_bound(seed, scale, eps, hea
 
 
 @settings(max_examples=50, deadline=None)
-@given(eos_logits=st.lists(st.floats(-60, 60), min_size=2, max_size=30), eps=st.sampled_from([1e-5, 5e-4, 0.1]))
+@given(
+    eos_logits=st.lists(st.one_of(st.floats(-60, 60), st.sampled_from([-1e4, 1e4])), min_size=2, max_size=30),
+    eps=st.sampled_from([1e-5, 5e-4, 0.1]),
+)
 def test_st_eos_probability_is_non_decreasing_in_t(eos_logits, eps):
     logits = torch.zeros(len(eos_logits), 3, dtype=F64)
     logits[:, 2] = torch.tensor(eos_logits, dtype=F64)
@@ -453,7 +456,9 @@ def test_context_mask_of_wrong_type_or_shape_is_rejected():
 # --------------------------------------------------------------------------- incremental decoding
 
 
-@pytest.mark.parametrize("layer", [VanillaHead(), STHead(5e-4), NMSTHead(5e-4), STHead(0.1, eos_id=1), NMSTHead(1e-5, eos_id=1)])
+@pytest.mark.parametrize(
+    "layer", [VanillaHead(), STHead(5e-4), NMSTHead(5e-4), STHead(0.1, eos_id=1), NMSTHead(1e-5, eos_id=1)]
+)
 def test_step_by_step_decoding_agrees_with_forward(layer):
     logits = _logits(25, (3, 10, 6), scale=4.0)
     state = layer.initial_step_state(3, logits.device)
@@ -559,6 +564,8 @@ def test_eos_id_out_of_range_is_rejected():
         STHead(0.1, eos_id=4)(logits)
     with pytest.raises(ValueError, match="eos_id"):
         NMSTHead(0.1, eos_id=-2)
+    with pytest.raises(TypeError, match="eos_id"):
+        VanillaHead(eos_id=2.0)
     assert torch.equal(STHead(0.1)(logits), st_log_probs(logits, 3, 0.1))  # -1: the last id
 
 
@@ -593,7 +600,8 @@ def test_bad_steps_are_rejected():
 
 
 @pytest.mark.parametrize(
-    "name, cls, label", [("vanilla", VanillaHead, "VA"), ("VA", VanillaHead, "VA"), ("St", STHead, "ST"), ("NMST", NMSTHead, "NMST")]
+    "name, cls, label",
+    [("vanilla", VanillaHead, "VA"), ("VA", VanillaHead, "VA"), ("St", STHead, "ST"), ("NMST", NMSTHead, "NMST")],
 )
 def test_head_from_name_builds_the_named_layer(name, cls, label):
     eps = None if cls is VanillaHead else 1e-4
