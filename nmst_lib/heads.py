@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import nn
