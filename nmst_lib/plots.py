@@ -214,7 +214,12 @@ def eos_trajectory(
     return _logit(lam)
 
 
-def eos_probabilities(eos_logits: torch.Tensor, eps: float, heads: Sequence[str] = _HEADS) -> dict[str, torch.Tensor]:
+def eos_probabilities(
+    eos_logits: torch.Tensor,
+    eps: float,
+    heads: Sequence[str] = _HEADS,
+    steps: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
     """p(eos | t) of the VA, ST and NMST output layers for one eos-logit trajectory z_1, ..., z_T.
 
     The vocabulary is reduced to eos and one competing token of logit 0, which loses nothing:
@@ -234,9 +239,13 @@ def eos_probabilities(eos_logits: torch.Tensor, eps: float, heads: Sequence[str]
         eos_logits: float tensor ``[T]``, entry ``t - 1`` is z_t (e.g. :func:`eos_trajectory`).
         eps: the lower-bound rate in (0, 1).
         heads: which of ``"VA"``, ``"ST"``, ``"NMST"`` to compute.
+        steps: optional increasing integer tensor of steps in ``[1, T]`` at which to return the
+            probabilities (a figure needs a few thousand of a million steps). VA and NMST are
+            then evaluated only there; ST still accumulates over every step.
 
     Returns:
-        ``{head: float64 tensor [T]}`` of probabilities, on the device of ``eos_logits``.
+        ``{head: float64 tensor [T]}`` (or ``[len(steps)]``) of probabilities, on the device
+        of ``eos_logits``.
         Chapters 4-5 (``04_self_terminating``, ``05_nmst``).
     """
     eps = check_eps(eps)
@@ -244,14 +253,24 @@ def eos_probabilities(eos_logits: torch.Tensor, eps: float, heads: Sequence[str]
         raise TypeError("eos_logits must be a 1-D floating-point torch.Tensor [T] (entry t-1 is step t)")
     heads = _check_heads(heads)
     z = eos_logits.to(torch.float64)
+    T = z.shape[0]
+    if steps is None:
+        steps = torch.arange(1, T + 1, device=z.device)
+    elif (not isinstance(steps, torch.Tensor) or steps.dim() != 1 or steps.is_floating_point()
+          or steps.numel() == 0 or bool((steps < 1).any()) or bool((steps > T).any())
+          or bool((torch.diff(steps) <= 0).any())):
+        raise ValueError(f"steps must be a non-empty increasing 1-D integer tensor of steps in [1, {T}]")
+    steps = steps.to(z.device)
+    z_at = z[steps - 1]
     out: dict[str, torch.Tensor] = {}
     for head in heads:
         if head == "VA":  # eos against one token of logit 0
-            log_p = vanilla_log_probs(torch.stack([torch.zeros_like(z), z], dim=-1))[..., 1]
+            log_p = vanilla_log_probs(torch.stack([torch.zeros_like(z_at), z_at], dim=-1))[..., 1]
         elif head == "NMST":
-            log_p, _ = nmst_eos_log_probs(z, eps)
-        else:  # ST: its sigmoid is the probability of going on
-            log_p, _ = st_eos_log_probs(-z, eps)
+            log_p, _ = nmst_eos_log_probs(z_at, eps, t=steps)
+        else:  # ST: its sigmoid is the probability of going on; it accumulates over every step
+            log_p, _ = st_eos_log_probs(-z[: int(steps[-1])], eps)
+            log_p = log_p[steps - 1]
         out[head] = log_p.exp()
     return out
 
@@ -321,9 +340,8 @@ def plot_eos_probabilities(
     if yscale not in ("linear", "log"):
         raise ValueError(f"yscale must be 'linear' or 'log', got {yscale!r}")
     z = eos_trajectory(t_max, shape, amplitude, t0=t0, t1=t1, baseline=baseline)
-    probs = eos_probabilities(z, eps, heads)
     steps = _plot_steps(t_max)
-    index = torch.from_numpy(steps - 1)
+    probs = eos_probabilities(z, eps, heads, steps=torch.from_numpy(steps))
     fig, ax = _figure_and_axes(ax)
 
     if show_lower_bound:
@@ -333,7 +351,7 @@ def plot_eos_probabilities(
     labels = {"VA": r"VA: $\lambda(t)$", "ST": "ST", "NMST": r"NMST: $(1-\lambda)f_{lb} + \lambda$"}
     on_top = {"VA": 4, "ST": 3, "NMST": 2}  # the dotted VA line stays visible where curves coincide
     for head in heads:
-        ax.plot(steps, probs[head][index].cpu().numpy(), label=labels[head], zorder=on_top[head], **HEAD_STYLES[head])
+        ax.plot(steps, probs[head].cpu().numpy(), label=labels[head], zorder=on_top[head], **HEAD_STYLES[head])
     if show_half_life:
         B = half_life_bound(eps)
         if B <= t_max:
@@ -350,7 +368,7 @@ def plot_eos_probabilities(
     else:
         ax.set_ylim(-0.02, 1.04)
     ax.set_xlabel(_T_LABEL)
-    ax.set_ylabel(r"$p(\langle eos\rangle \mid y_{<t}, x)$")
+    ax.set_ylabel(r"$p(\mathrm{eos} \mid y_{<t}, x)$")
     ax.set_title(rf"$\epsilon$ = {_format_number(eps)};  $\lambda(t)$: {EOS_SHAPES[shape]}", fontsize=10)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
     return fig
@@ -409,10 +427,18 @@ class Control:
             object.__setattr__(self, "shown", shown)
 
 
-def _png_data_uri(fig: Figure, dpi: int) -> str:
+def _png_data_uri(fig: Figure, dpi: int, colors: int = 64) -> str:
+    """The figure as a base64 PNG, reduced to a palette of ``colors`` colours (line plots look
+    the same and take a quarter of the bytes: pages embed dozens of frames)."""
+    from PIL import Image
+
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi, metadata={"Software": None})
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    buffer.seek(0)
+    image = Image.open(buffer).convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT)
+    small = io.BytesIO()
+    image.save(small, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(small.getvalue()).decode("ascii")
 
 
 def _control_html(index: int, control: Control) -> str:
@@ -528,7 +554,7 @@ def explorer_html(
 
 
 _EXPLORER_EPS = (1e-5, 1e-4, 1e-3, 1e-2)
-_EXPLORER_AMPLITUDES = (0.1, 0.4, 0.7, 0.95)
+_EXPLORER_AMPLITUDES = (0.2, 0.5, 0.9)
 
 
 def eos_explorer_html(
@@ -647,6 +673,7 @@ def rnt_plot(
     styles: Mapping[str, Mapping] | None = None,
     xlim: tuple[float, float] | None = None,
     ylim: tuple[float, float] | None = None,
+    y_floor: float = 1e-6,
 ) -> Figure:
     """Log-log plot of non-termination ratios r_nt(L) against the maximal length L.
 
@@ -662,6 +689,8 @@ def rnt_plot(
             layer's colour and line style (:data:`HEAD_STYLES`).
         styles: optional matplotlib keyword arguments per label.
         xlim, ylim: fixed axis limits (the explorers use them to keep frames comparable).
+        y_floor: the lowest r_nt the default y axis shows (exact curves of Markov models can
+            fall to 1e-300; with N contexts an estimate is 0 or at least 1/N).
 
     Chapters 2 and 6 (``02_consistency``, ``06_wikitext``).
     """
@@ -686,7 +715,7 @@ def rnt_plot(
     ax.set_ylabel(r"$r_{nt}(L)$ (fraction not terminated)")
     if xlim is not None:
         ax.set_xlim(*xlim)
-    ax.set_ylim(*(ylim if ylim is not None else (min(lowest, 1.0) / 2, 1.5)))
+    ax.set_ylim(*(ylim if ylim is not None else (max(min(lowest, 1.0) / 2, y_floor), 1.5)))
     if title:
         ax.set_title(title, fontsize=10)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
@@ -699,6 +728,7 @@ def rnt_explorer_html(
     control_names: Sequence[str] | None = None,
     title: str | None = None,
     dpi: int = 80,
+    y_floor: float = 1e-6,
 ):
     """r_nt(L) curves for many settings on the static website: menus or sliders pick the setting.
 
@@ -711,6 +741,7 @@ def rnt_explorer_html(
         control_names: the label of each key position (default ``"setting"`` or
             ``"setting 1"``, ``"setting 2"``, ...).
         title: shown above every frame, followed by the selected setting.
+        y_floor: the lowest r_nt shown (see :func:`rnt_plot`).
 
     Every frame is drawn by :func:`rnt_plot` on the same axes limits, so frames compare at a
     glance (see :func:`explorer_html`). Chapters 2 and 6 (``02_consistency``, ``06_wikitext``).
@@ -740,7 +771,7 @@ def rnt_explorer_html(
     L_all = np.concatenate(all_L)
     r_all = np.concatenate(all_r)
     xlim = (float(L_all.min()), float(L_all.max()) * 1.05)
-    ylim = ((float(r_all.min()) if r_all.size else 1e-3) / 2, 1.5)
+    ylim = (max((float(r_all.min()) if r_all.size else 1e-3) / 2, y_floor), 1.5)
 
     def is_numeric(vs):
         return all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in vs)

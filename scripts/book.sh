@@ -13,8 +13,7 @@ bash scripts/setup.sh
 bash scripts/fetch_js_assets.sh
 
 export PYDEVD_DISABLE_FILE_VALIDATION=1   # quiet debugger warning on stderr of executed cells
-export MPLBACKEND=Agg                     # executing notebooks never needs a display
-export HF_DATASETS_OFFLINE=${HF_DATASETS_OFFLINE:-0}
+unset MPLBACKEND                          # kernels must use the inline backend: figures become PNG outputs
 
 start=$(date +%s)
 .venv/bin/jupyter-book build . -W -n --keep-going "$@"

@@ -224,7 +224,14 @@ def test_rnt_plot_is_log_log_and_says_where_a_curve_reaches_zero():
     labels = [line.get_label() for line in ax.get_lines()]
     assert labels[0] == "VA greedy" and labels[1] == "NMST greedy (0 from L = 100)"
     assert ax.get_lines()[1].get_color() == plots.HEAD_STYLES["NMST"]["color"]
+    assert ax.get_ylim()[0] == pytest.approx(0.1)  # half the smallest positive value
     fig.canvas.draw()
+
+
+def test_rnt_plot_y_axis_stops_at_the_floor():
+    Ls = np.arange(1, 1001)
+    fig = plots.rnt_plot({"exact": (Ls, np.exp(-Ls / 2.0))}, y_floor=1e-8)
+    assert fig.axes[0].get_ylim()[0] == pytest.approx(1e-8)
 
 
 @pytest.mark.parametrize(
@@ -283,3 +290,16 @@ def test_palette_is_indexable_by_position_and_by_name():
     assert list(COLORS) == list(COLORS.names.values())
     with pytest.raises(KeyError):
         COLORS["red"]
+
+
+def test_eos_probabilities_at_chosen_steps_equal_the_full_computation():
+    z = plots.eos_trajectory(500, "remark1", 0.6, t0=3, t1=40)
+    full = plots.eos_probabilities(z, 1e-2)
+    steps = torch.tensor([1, 3, 4, 39, 40, 41, 250, 500])
+    some = plots.eos_probabilities(z, 1e-2, steps=steps)
+    for head in full:
+        torch.testing.assert_close(some[head], full[head][steps - 1], rtol=1e-12, atol=0)
+    with pytest.raises(ValueError):
+        plots.eos_probabilities(z, 1e-2, steps=torch.tensor([3, 2]))
+    with pytest.raises(ValueError):
+        plots.eos_probabilities(z, 1e-2, steps=torch.tensor([0, 2]))
