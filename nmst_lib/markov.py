@@ -293,6 +293,8 @@ def survival_curve(kernel: torch.Tensor, eos_id: int, start_token, Ls) -> torch.
         pi = pi @ Q
         survival.append(pi.sum(-1))
     curve = torch.stack(survival, dim=-1)[:, Ls.to(kernel.device) - 1]  # [n, len(Ls)]
+    # A sum of probabilities can round to 1 + 1 ulp; a probability is reported inside [0, 1].
+    curve = curve.clamp(0.0, 1.0)
     return curve[0] if single else curve
 
 
