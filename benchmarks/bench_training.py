@@ -1,0 +1,180 @@
+"""Training throughput of the WikiText-2 language models with the ST and NMST output layers,
+relative to the vanilla softmax (target: >= 0.9x), and against the machine's measured matmul
+FLOP/s ceiling (Chapter 6, 06_wikitext).
+
+Run by hand (it takes about a minute on 2 CPU cores):
+
+    .venv/bin/python benchmarks/bench_training.py            # LSTM 2 x 256, vocabulary 10k
+    .venv/bin/python benchmarks/bench_training.py --arch rnn --hidden 128 --vocab 5000
+
+Each round trains a few identical batches with every head in turn (same model weights, same
+batches, interleaved so that machine noise hits all heads alike); the median over rounds is
+reported. Writes ``benchmarks/results/training.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nmst_lib import data as D  # noqa: E402
+from nmst_lib.heads import head_from_name  # noqa: E402
+from nmst_lib.models import build_model  # noqa: E402
+
+HEADS = (("va", None), ("st", 1e-4), ("nmst", 1e-4))
+
+
+def matmul_ceiling(device, n: int = 1024, repeats: int = 10) -> float:
+    """Best float32 FLOP/s of an n x n x n matrix multiply on ``device``."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    best = 0.0
+    for _ in range(repeats):
+        _sync(device)
+        t = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = max(best, 2 * n**3 / (time.perf_counter() - t))
+    return best
+
+
+def output_layer_ceiling(device, rows: int, hidden: int, vocab: int, repeats: int = 5) -> float:
+    """Best FLOP/s of the output projection's shape, [rows, hidden] @ [hidden, vocab]."""
+    a, b = torch.randn(rows, hidden, device=device), torch.randn(hidden, vocab, device=device)
+    best = 0.0
+    for _ in range(repeats):
+        _sync(device)
+        t = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = max(best, 2 * rows * hidden * vocab / (time.perf_counter() - t))
+    return best
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def flops_per_position(arch: str, hidden: int, layers: int, vocab: int) -> float:
+    """Forward FLOPs per input position: recurrent matmuls (input + hidden, 4 gates for an LSTM)
+    and the output projection; training counts 3x (forward + backward)."""
+    gates = 4 if arch == "lstm" else 1
+    return layers * gates * 2 * (2 * hidden * hidden) + 2 * hidden * vocab
+
+
+def synthetic_batches(vocab_size: int, n_batches: int, batch_size: int, seed: int = 0):
+    """Batches with WikiText-2-like line lengths (from the shared validation split when present,
+    else 11-200 tokens), random token ids, eos last."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = None
+    path = D.default_wikitext_dir() / "valid.txt"
+    if path.is_file():
+        lens = [len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
+        lengths = torch.tensor([n + 1 for n in lens if n > D.CONTEXT_LEN])
+    if lengths is None or lengths.numel() == 0:
+        lengths = torch.randint(12, 201, (2000,), generator=g)
+    pick = lengths[torch.randint(0, lengths.numel(), (n_batches * batch_size,), generator=g)]
+    tokens = torch.randint(0, vocab_size - 3, (int(pick.sum()),), generator=g)
+    ends = torch.cumsum(pick, 0) - 1
+    tokens[ends] = vocab_size - 1
+    itos = [f"w{i}" for i in range(vocab_size - 3)] + [D.UNK, D.PAD, D.EOS]
+    seqs = D.SequenceData(tokens, pick, D.CONTEXT_LEN, D.Vocabulary(itos))
+    return [D.make_batch(seqs, b) for b in D.bucket_batches(seqs.lengths, batch_size)]
+
+
+def train_steps(model, optimizer, batches, device) -> tuple[float, int, int]:
+    """Seconds, scored tokens and processed positions of one pass over ``batches``."""
+    model.train()
+    scored = positions = 0
+    _sync(device)
+    t = time.perf_counter()
+    for batch in batches:
+        batch = batch.to(device)
+        loss = model.loss(batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scored += batch.num_target_tokens
+        positions += batch.inputs.numel()
+    _sync(device)
+    return time.perf_counter() - t, scored, positions
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", choices=("rnn", "lstm"), default="lstm")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=10_000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--batches", type=int, default=4, help="batches per head per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "training.json"))
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    batches = synthetic_batches(args.vocab, args.batches, args.batch_size)
+    models, optims = {}, {}
+    for name, eps in HEADS:
+        torch.manual_seed(0)
+        models[name] = build_model(args.arch, args.vocab, hidden=args.hidden, layers=args.layers, dropout=0.3,
+                                   head=head_from_name(name, eps)).to(device)
+        optims[name] = torch.optim.AdamW(models[name].parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.01)
+    for name, _ in HEADS:  # warm-up
+        train_steps(models[name], optims[name], batches[:1], device)
+    times = {name: [] for name, _ in HEADS}
+    scored = positions = 0
+    for _ in range(args.rounds):
+        for name, _ in HEADS:
+            seconds, scored, positions = train_steps(models[name], optims[name], batches, device)
+            times[name].append(seconds)
+    median = {name: statistics.median(ts) for name, ts in times.items()}
+    tokens_per_s = {name: scored / s for name, s in median.items()}
+    train_flops = 3 * positions * flops_per_position(args.arch, args.hidden, args.layers, args.vocab)
+    flops_per_s = {name: train_flops / s for name, s in median.items()}
+    ceiling = matmul_ceiling(device)
+    out_ceiling = output_layer_ceiling(device, args.batch_size * 64, args.hidden, args.vocab)
+    result = {
+        "benchmark": "training throughput by output layer",
+        "setup": {"arch": args.arch, "hidden": args.hidden, "layers": args.layers, "vocab": args.vocab,
+                  "batch_size": args.batch_size, "batches_per_round": len(batches), "rounds": args.rounds,
+                  "scored_tokens_per_round": scored, "positions_per_round": positions, "eps": 1e-4},
+        "median_seconds_per_round": median,
+        "scored_tokens_per_s": tokens_per_s,
+        "ratio_to_vanilla": {name: tokens_per_s[name] / tokens_per_s["va"] for name in tokens_per_s},
+        "target_ratio": 0.9,
+        "model_flops_per_s": flops_per_s,
+        "matmul_ceiling_flops_per_s": {"square_1024": ceiling, "output_layer_shape": out_ceiling},
+        "fraction_of_matmul_ceiling": {name: f / ceiling for name, f in flops_per_s.items()},
+        "machine": {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                    "platform": platform.platform(terse=True), "processor": platform.processor() or platform.machine()},
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "note": "Ratios are what matters; absolute numbers depend on the machine and its load.",
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    for name in tokens_per_s:
+        print(f"{name:5s} {tokens_per_s[name]:9.0f} scored tok/s  x{result['ratio_to_vanilla'][name]:.3f} of VA  "
+              f"{flops_per_s[name] / 1e9:6.1f} GFLOP/s = {result['fraction_of_matmul_ceiling'][name]:.0%} of "
+              f"matmul ceiling {ceiling / 1e9:.1f} GFLOP/s")
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

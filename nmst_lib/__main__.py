@@ -1,0 +1,279 @@
+"""Command line for the WikiText-2 experiments of Chapter 6 (06_wikitext).
+
+    python -m nmst_lib train     --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0 [--resume]
+    python -m nmst_lib decode    --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0
+    python -m nmst_lib run       ... (train, then decode)
+    python -m nmst_lib run-suite --profile cpu
+    python -m nmst_lib report    --profile cpu
+
+Run ``python -m nmst_lib COMMAND --help`` for the options of each command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+# Kept in sync with nmst_lib.experiments.config (a test checks); listed here so that
+# `--help` answers without importing torch.
+PROFILES = ("quick", "cpu", "paper")
+ARCHS = ("rnn", "lstm")
+HEADS = ("va", "st", "nmst")
+
+_DESCRIPTION = """\
+WikiText-2 experiments of "When Do Language Models Stop?" (Chapter 6, after Choi, Cho, Lee 2023):
+train RNN/LSTM language models with a vanilla (va), self-terminating (st) or non-monotonic
+self-terminating (nmst) output layer, decode validation contexts with greedy / top-k / nucleus /
+beam / ancestral decoders, and store r_nt(L) curves, perplexities and provenance as JSON.
+
+Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what the website shows
+(about 30-40 minutes for the whole suite on 2 CPU cores); paper = the paper's settings (GPU).
+When the official WikiText-2 training split cannot be downloaded, a named substitute (the
+validation + test articles re-split by article) is used, and every result says so.
+"""
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("where and how")
+    g.add_argument("--profile", choices=PROFILES, default="quick",
+                   help="experiment profile: quick (seconds, tests), cpu (the website), paper (GPU) [quick]")
+    g.add_argument("--out", default=None, metavar="DIR",
+                   help="results directory for the JSON results [data/results]")
+    g.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="checkpoint directory [data/checkpoints/wikitext2]")
+    g.add_argument("--data-dir", default=None, metavar="DIR",
+                   help="local WikiText-2 folder (train/valid/test .txt or wiki.*.tokens); sets NMST_WIKITEXT_DIR "
+                        "[hub if reachable, else ../shared/data/wikitext-2 with the substitute split]")
+    g.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda [cuda if available, else cpu]")
+    g.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch CPU threads (1 is fastest on a busy machine) [torch's default]")
+    g.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
+
+
+def _add_run(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("which run")
+    g.add_argument("--arch", choices=ARCHS, default="lstm", help="rnn (tanh RNN) or lstm [lstm]")
+    g.add_argument("--head", choices=HEADS, default="va",
+                   help="output layer: va (vanilla softmax), st (self-terminating), nmst (non-monotonic ST) [va]")
+    g.add_argument("--eps", type=float, default=None,
+                   help="eps in (0, 1) of the st/nmst lower bound 1-(1-eps)^t; required for st and nmst, "
+                        "not allowed for va (paper: 1e-5, 5e-5, 1e-4, 5e-4)")
+    g.add_argument("--seed", type=int, default=0, help="seed of everything random (init, dropout, data order) [0]")
+    g.add_argument("--decoders", default=None, metavar="LIST",
+                   help="comma-separated decoders, e.g. greedy,top-2,nucleus-0.4,beam-4,ancestral,"
+                        "consistent-top-2 [the profile's: greedy]")
+    g.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override any config field, e.g. --set max_epochs=1 (repeatable; JSON values)")
+
+
+def _add_train_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training")
+    g.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint (weights, optimizer, RNG states, position in the epoch) "
+                        "instead of starting over")
+    g.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="also checkpoint every N batches (always at the end of each epoch)")
+    g.add_argument("--log-steps", action="store_true", help="print one line per training batch")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m nmst_lib`` argument parser (Chapter 6, 06_wikitext)."""
+    parser = argparse.ArgumentParser(prog="python -m nmst_lib", description=_DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train one model (checkpoint after every epoch; --resume continues)",
+                       description="Train one RNN/LSTM language model on WikiText-2 with early stopping; the "
+                                   "checkpoint holds the best epoch's weights. Writes no result JSON (see decode/run).")
+    _add_run(p)
+    _add_train_options(p)
+    _add_common(p)
+
+    p = sub.add_parser("decode", help="decode a trained model and write its result JSON",
+                       description="Load a finished checkpoint, decode validation contexts with every decoder of "
+                                   "the config up to the profile's L, and write the result JSON (perplexities, "
+                                   "r_nt(L) curves, length histograms, eos probabilities, provenance) to --out.")
+    _add_run(p)
+    _add_common(p)
+
+    p = sub.add_parser("run", help="train (resuming if a checkpoint exists), then decode",
+                       description="train + decode for one config; resumes from an existing checkpoint.")
+    _add_run(p)
+    g = p.add_argument_group("training")
+    g.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="also checkpoint every N batches")
+    g.add_argument("--restart", action="store_true", help="ignore an existing checkpoint and start over")
+    _add_common(p)
+
+    p = sub.add_parser("run-suite", help="run every config a chapter needs at a profile (skips current results)",
+                       description="Run all configs of the profile's suite (see nmst_lib.experiments.runs."
+                                   "suite_configs) whose stored result is missing or STALE, resuming from checkpoints. "
+                                   "The command line is stored in every result.")
+    g = p.add_argument_group("suite")
+    g.add_argument("--force", action="store_true", help="re-run configs whose results are current, from scratch")
+    g.add_argument("--dry-run", action="store_true", help="list the configs and their status, run nothing")
+    g.add_argument("--only", default=None, metavar="SUBSTR", help="only configs whose key contains SUBSTR")
+    _add_common(p)
+
+    p = sub.add_parser("report", help="list a profile's results with status (CURRENT/STALE/MISSING) and key numbers",
+                       description="For every config of the profile's suite: status of the stored result, "
+                                   "validation perplexity, greedy r_nt at the largest L, and the data used.")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_common(p)
+    return parser
+
+
+def _parse_value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _config_from_args(args):
+    from .experiments.config import make_config
+
+    overrides = {}
+    for item in args.set:
+        if "=" not in item:
+            raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = _parse_value(value)
+    if args.decoders:
+        overrides["decoders"] = tuple(d.strip() for d in args.decoders.split(",") if d.strip())
+    return make_config(args.profile, args.arch, args.head, args.eps, args.seed, **overrides)
+
+
+def _setup(args):
+    if args.data_dir:
+        os.environ["NMST_WIKITEXT_DIR"] = args.data_dir
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _command(args) -> str:
+    return "python -m nmst_lib " + " ".join(sys.argv[1:])
+
+
+def _cmd_train(args) -> int:
+    from .experiments.train import train
+
+    config = _config_from_args(args)
+    run = train(config, checkpoint_dir=args.checkpoint_dir, resume=args.resume, device=args.device,
+                progress=not args.no_progress, checkpoint_every=args.checkpoint_every, log=_log,
+                log_steps=args.log_steps)
+    _log(f"[train] {config.key}: done; best epoch {run.best_epoch}, val_ppl {run.val_ppl:.4f}, "
+         f"test_ppl {run.test_ppl:.4f}; checkpoint {run.checkpoint}")
+    _log(json.dumps({"key": config.key, "val_ppl": run.val_ppl, "test_ppl": run.test_ppl,
+                     "best_epoch": run.best_epoch, "epochs_run": run.epochs_run}))
+    return 0
+
+
+def _cmd_decode(args) -> int:
+    import time
+
+    from .experiments.results import save_result
+    from .experiments.runs import evaluate_trained, load_trained
+
+    config = _config_from_args(args)
+    started = time.perf_counter()
+    run = load_trained(config, checkpoint_dir=args.checkpoint_dir, device=args.device)
+    result = evaluate_trained(run, progress=not args.no_progress, log=_log, command=_command(args), started=started)
+    path = save_result(result, config, args.out)
+    _log(f"[decode] {config.key}: wrote {path}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .experiments.runs import run_experiment
+
+    config = _config_from_args(args)
+    stored = run_experiment(config, results_dir=args.out, checkpoint_dir=args.checkpoint_dir,
+                            resume=not args.restart, device=args.device, progress=not args.no_progress, log=_log,
+                            command=_command(args), checkpoint_every=args.checkpoint_every)
+    _log(f"[run] {config.key}: wrote {stored.path}")
+    return 0
+
+
+def _cmd_run_suite(args) -> int:
+    from .experiments.results import load_result
+    from .experiments.runs import run_suite, suite_configs
+
+    only = (lambda c: args.only in c.key) if args.only else None
+    if args.dry_run:
+        for c in suite_configs(args.profile):
+            if only is None or only(c):
+                _log(f"{c.key:40s} {load_result(c, args.out).status.upper():8s} decoders={','.join(c.decoders)}")
+        return 0
+    results = run_suite(args.profile, results_dir=args.out, checkpoint_dir=args.checkpoint_dir, force=args.force,
+                        device=args.device, progress=not args.no_progress, log=_log, command=_command(args),
+                        only=only)
+    _log(f"[run-suite] {len(results)} results current in {results[0].path.parent if results else args.out}")
+    return 0
+
+
+def _cmd_report(args) -> int:
+    from .experiments.results import load_result
+    from .experiments.runs import suite_configs
+
+    rows = []
+    for c in suite_configs(args.profile):
+        stored = load_result(c, args.out)
+        row = {"key": c.key, "status": stored.status.upper(), "message": stored.message}
+        if stored.data is not None:
+            d = stored.data
+            greedy = d.get("decoding", {}).get("greedy")
+            row.update(val_ppl=d["metrics"]["val_ppl"], test_ppl=d["metrics"]["test_ppl"],
+                       rnt_greedy=greedy["rnt"][-1] if greedy else None, L=greedy["max_len"] if greedy else None,
+                       data=d["data"]["splits"]["train"], date=d["provenance"]["date_utc"])
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'run':40s} {'status':8s} {'val ppl':>9s} {'test ppl':>9s} {'r_nt(L)':>8s} {'L':>7s}")
+    for r in rows:
+        if "val_ppl" in r:
+            rnt = "" if r["rnt_greedy"] is None else f"{r['rnt_greedy']:.3f}"
+            print(f"{r['key']:40s} {r['status']:8s} {r['val_ppl']:9.2f} {r['test_ppl']:9.2f} {rnt:>8s} {r['L'] or '':>7}")
+        else:
+            print(f"{r['key']:40s} {r['status']:8s}")
+    stale = [r for r in rows if r["status"] == "STALE"]
+    for r in stale:
+        print(f"  {r['key']}: {r['message']}")
+    datas = sorted({r["data"] for r in rows if "data" in r})
+    for d in datas:
+        print(f"training data: {d}")
+    return 0
+
+
+_COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "run-suite": _cmd_run_suite,
+             "report": _cmd_report}
+
+
+def main(argv=None) -> int:
+    """Entry point of ``python -m nmst_lib``; returns the exit status (2 on bad input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be >= 1")
+    _setup(args)
+    try:
+        return _COMMANDS[args.command](args)
+    except (ValueError, TypeError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""WikiText-2 experiments of Chapter 6 (06_wikitext): configs and profiles (:mod:`.config`),
+training with checkpoints (:mod:`.train`), the results store (:mod:`.results`) and end-to-end
+runs and suites (:mod:`.runs`). After Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G."""
+
+from .config import (
+    ALL_DECODERS,
+    CPU_EPS,
+    PAPER_EPS,
+    PROFILES,
+    DecoderSpec,
+    ExperimentConfig,
+    config_from_dict,
+    config_hash,
+    default_decoders,
+    make_config,
+    training_hash,
+    parse_decoder,
+    validate_config,
+)
+from .results import CURRENT, MISSING, STALE, StoredResult, load_result, result_path, save_result
+from .runs import (
+    decode_at_scale,
+    eos_probability_traces,
+    evaluate_trained,
+    load_or_run,
+    load_trained,
+    rnt_grid,
+    run_experiment,
+    run_suite,
+    suite_configs,
+)
+from .train import (
+    CheckpointError,
+    PreparedData,
+    TrainedRun,
+    checkpoint_path,
+    evaluate_perplexity,
+    load_checkpoint,
+    prepare_data,
+    save_checkpoint,
+    train,
+)
+
+__all__ = [
+    "ALL_DECODERS", "CPU_EPS", "PAPER_EPS", "PROFILES", "DecoderSpec", "ExperimentConfig", "config_from_dict",
+    "config_hash", "default_decoders", "training_hash", "make_config", "parse_decoder", "validate_config",
+    "CURRENT", "MISSING", "STALE", "StoredResult", "load_result", "result_path", "save_result",
+    "decode_at_scale", "eos_probability_traces", "evaluate_trained", "load_or_run", "load_trained", "rnt_grid",
+    "run_experiment", "run_suite", "suite_configs",
+    "CheckpointError", "PreparedData", "TrainedRun", "checkpoint_path", "evaluate_perplexity", "load_checkpoint",
+    "prepare_data", "save_checkpoint", "train",
+]

@@ -1,0 +1,396 @@
+"""Experiment configurations and the three profiles (``quick``, ``cpu``, ``paper``) of the
+WikiText-2 experiments of Chapter 6 (06_wikitext), after Choi, Cho, Lee (2023) Sec. 4.1 and
+App. D, F, G.
+
+A config is a frozen dataclass; everything that can change a number in a result is a field,
+so its hash (:func:`config_hash`) identifies the result. Runtime choices that cannot change
+the numbers (progress bars, checkpoint frequency, output folders) are not fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, fields, replace
+
+from .._validation import check_eps, check_positive_int
+
+__all__ = [
+    "PROFILES",
+    "ARCHS",
+    "HEADS",
+    "PAPER_EPS",
+    "CPU_EPS",
+    "GREEDY_ONLY",
+    "ALL_DECODERS",
+    "VA_CONSISTENT_DECODERS",
+    "SCHEMA_VERSION",
+    "ExperimentConfig",
+    "DecoderSpec",
+    "parse_decoder",
+    "normalise_head",
+    "validate_config",
+    "config_hash",
+    "training_hash",
+    "DECODING_FIELDS",
+    "FEATURED_EPS",
+    "default_decoders",
+    "config_from_dict",
+    "make_config",
+]
+
+SCHEMA_VERSION = 1
+"""Bump when the training or evaluation code changes what a config's numbers mean: every
+stored result then becomes STALE."""
+
+PROFILES = ("quick", "cpu", "paper")
+ARCHS = ("rnn", "lstm")
+HEADS = ("va", "st", "nmst")
+_HEAD_ALIASES = {"va": "va", "vanilla": "va", "softmax": "va", "st": "st", "nmst": "nmst"}
+
+PAPER_EPS = (1e-5, 5e-5, 1e-4, 5e-4)
+"""eps grid of Choi, Cho, Lee (2023) Sec. 4.1."""
+CPU_EPS = (1e-4, 5e-4)
+"""Reduced eps grid of the ``cpu`` profile: with L_max = 1e4 the lower bound
+1 - (1 - eps)^t reaches 0.63 (eps = 1e-4) and 0.99 (eps = 5e-4), so the termination that the
+theory promises is visible within the decoded horizon; eps = 1e-5 needs L ~ 1e5 (paper)."""
+
+GREEDY_ONLY = ("greedy",)
+ALL_DECODERS = ("greedy", "ancestral", "top-2", "top-4", "nucleus-0.2", "nucleus-0.4", "beam-2", "beam-4")
+"""The decoders of Choi, Cho, Lee (2023) Fig. 2 and App. F (plus ancestral sampling)."""
+VA_CONSISTENT_DECODERS = ("consistent-top-2", "consistent-nucleus-0.2")
+"""Consistent top-k / nucleus (Welleck et al. 2020, Defs. 4.1-4.2), run on VA models."""
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """A decoder name parsed into the arguments of :func:`nmst_lib.decoding.decode`."""
+
+    name: str
+    method: str
+    k: int | None = None
+    p: float | None = None
+    beam_size: int | None = None
+    consistent: bool = False
+    sampling: bool = False
+
+    def decode_kwargs(self) -> dict:
+        """Keyword arguments for :func:`nmst_lib.decoding.decode` (besides ``max_len``)."""
+        kw = {"consistent": self.consistent} if self.consistent else {}
+        for key in ("k", "p", "beam_size"):
+            if getattr(self, key) is not None:
+                kw[key] = getattr(self, key)
+        return kw
+
+
+_DECODER_RE = re.compile(r"^(consistent-)?(greedy|ancestral|top-(\d+)|nucleus-([0-9.]+)|beam-(\d+))$")
+
+
+def parse_decoder(name: str) -> DecoderSpec:
+    """Parse ``greedy``, ``ancestral``, ``top-K``, ``nucleus-P``, ``beam-B``, and
+    ``consistent-top-K`` / ``consistent-nucleus-P`` (Welleck et al. 2020, Defs. 2.5-2.8, 4.1,
+    4.2, A.2; Chapter 1, 01_decoding, and Chapter 3, 03_consistent_sampling)."""
+    m = _DECODER_RE.match(name) if isinstance(name, str) else None
+    allowed = "greedy, ancestral, top-K, nucleus-P, beam-B, consistent-top-K, consistent-nucleus-P"
+    if m is None:
+        raise ValueError(f"unknown decoder {name!r}: use one of {allowed} (e.g. top-2, nucleus-0.4, beam-4)")
+    consistent = m.group(1) is not None
+    if m.group(3) is not None:
+        spec = DecoderSpec(name, "top-k", k=check_positive_int(int(m.group(3)), "top-k's k"), sampling=True,
+                           consistent=consistent)
+    elif m.group(4) is not None:
+        p = float(m.group(4))
+        if not 0.0 < p <= 1.0:
+            raise ValueError(f"nucleus p must lie in (0, 1], got {p} in {name!r}")
+        spec = DecoderSpec(name, "nucleus", p=p, sampling=True, consistent=consistent)
+    elif m.group(5) is not None:
+        spec = DecoderSpec(name, "beam", beam_size=check_positive_int(int(m.group(5)), "beam size"))
+    else:
+        spec = DecoderSpec(name, m.group(2), sampling=m.group(2) == "ancestral")
+    if consistent and spec.method not in ("top-k", "nucleus"):
+        raise ValueError(f"'consistent-' applies to top-K and nucleus-P only, got {name!r}")
+    return spec
+
+
+def normalise_head(head: str) -> str:
+    """``va``/``vanilla``/``softmax`` -> ``va``; ``st``; ``nmst`` (case-insensitive)."""
+    key = head.lower() if isinstance(head, str) else head
+    if key not in _HEAD_ALIASES:
+        raise ValueError(f"unknown head {head!r}: choose one of va (vanilla softmax), st, nmst")
+    return _HEAD_ALIASES[key]
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """One WikiText-2 run: data, model, optimisation, decoding (Choi, Cho, Lee (2023)
+    Sec. 4.1, App. D; Chapter 6, 06_wikitext). Build with :func:`make_config` to get a
+    profile's defaults.
+
+    Data: ``data_source`` (see :func:`nmst_lib.data.load_wikitext2`), ``substitute_seed``,
+    ``context_len`` k, ``vocab_cap`` (N most frequent training words + ``<unk>``; None = all),
+    ``max_train_tokens`` (training sequences kept in order until this many tokens; None = all),
+    ``max_eval_tokens`` (the same for the validation and test splits; None = all).
+    Model: ``arch`` (rnn|lstm), ``head`` (va|st|nmst), ``eps`` (ST/NMST only), ``hidden``,
+    ``layers``, ``dropout`` (tied embeddings, embedding size = hidden).
+    Optimisation: AdamW(``lr``, ``betas``, ``weight_decay``); the learning rate is multiplied
+    by ``lr_decay`` after every epoch whose validation perplexity does not improve; training
+    stops after ``patience`` such epochs in a row or ``max_epochs``; the best epoch by
+    validation perplexity is kept; ``batch_size`` sequences (and at most ``max_batch_tokens``
+    padded tokens) per batch, bucketed by length; gradient-norm clipping at ``clip``.
+    Decoding: every name in ``decoders`` (see :func:`parse_decoder`) decodes
+    ``num_decode_contexts`` validation contexts (None = all) once, up to ``decode_max_len``
+    tokens (greedy) or ``decode_max_len_nongreedy`` tokens (the other decoders; None = the
+    same); ``num_eos_lines`` validation lines get per-token eos probabilities.
+    """
+
+    profile: str = "quick"
+    arch: str = "lstm"
+    head: str = "va"
+    eps: float | None = None
+    seed: int = 0
+    # data
+    data_source: str = "auto"
+    substitute_seed: int = 0
+    context_len: int = 10
+    vocab_cap: int | None = None
+    max_train_tokens: int | None = None
+    max_eval_tokens: int | None = None
+    # model
+    hidden: int = 256
+    layers: int = 2
+    dropout: float = 0.3
+    # optimisation
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = 0.01
+    lr_decay: float = 0.5
+    max_epochs: int = 70
+    patience: int = 10
+    batch_size: int = 32
+    max_batch_tokens: int | None = None
+    clip: float = 1.0
+    # decoding
+    decoders: tuple[str, ...] = GREEDY_ONLY
+    decode_max_len: int = 1000
+    decode_max_len_nongreedy: int | None = None
+    num_decode_contexts: int | None = None
+    decode_batch_size: int = 512
+    num_eos_lines: int = 4
+
+    @property
+    def key(self) -> str:
+        """File-name key: profile, arch, head, eps, seed (the identity of a run in a suite)."""
+        eps = "" if self.eps is None else f"-eps{self.eps:.0e}".replace("e-0", "e-")
+        return f"{self.profile}-{self.arch}-{self.head}{eps}-seed{self.seed}"
+
+    @property
+    def label(self) -> str:
+        """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``."""
+        eps = "" if self.eps is None else f" (eps={self.eps:.0e})"
+        return f"{self.head.upper()}+{self.arch.upper()}{eps}"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        d["decoders"] = list(self.decoders)
+        return d
+
+    def replace(self, **changes) -> "ExperimentConfig":
+        """A validated copy with ``changes`` applied."""
+        return validate_config(replace(self, **changes))
+
+
+def _check_number(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+
+
+def validate_config(config: ExperimentConfig) -> ExperimentConfig:
+    """Check every field and return the config with normalised names; raises ValueError /
+    TypeError saying what to change (before any data is loaded or any training starts)."""
+    if not isinstance(config, ExperimentConfig):
+        raise TypeError(f"expected an ExperimentConfig, got {type(config).__name__}")
+    changes = {}
+    if config.profile not in PROFILES:
+        raise ValueError(f"unknown profile {config.profile!r}: choose one of {', '.join(PROFILES)}")
+    arch = config.arch.lower() if isinstance(config.arch, str) else config.arch
+    if arch not in ARCHS:
+        raise ValueError(f"unknown arch {config.arch!r}: choose rnn (tanh RNN) or lstm")
+    changes["arch"] = arch
+    head = normalise_head(config.head)
+    changes["head"] = head
+    if head == "va":
+        if config.eps is not None:
+            raise ValueError("eps applies to the st and nmst heads only; leave it out (None) for head va")
+    else:
+        if config.eps is None:
+            raise ValueError(f"head {head} needs eps in (0, 1), e.g. 1e-4 (the paper uses {PAPER_EPS})")
+        changes["eps"] = check_eps(config.eps)
+    for name in ("seed", "substitute_seed"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    if config.data_source not in ("auto", "hub", "local", "substitute"):
+        raise ValueError(f"data_source must be auto, hub, local or substitute, got {config.data_source!r}")
+    for name in ("context_len", "hidden", "layers", "max_epochs", "patience", "batch_size", "decode_max_len",
+                 "decode_batch_size"):
+        check_positive_int(getattr(config, name), name)
+    for name in ("vocab_cap", "max_train_tokens", "max_eval_tokens", "max_batch_tokens", "num_decode_contexts",
+                 "decode_max_len_nongreedy"):
+        if getattr(config, name) is not None:
+            check_positive_int(getattr(config, name), name)
+    if isinstance(config.num_eos_lines, bool) or not isinstance(config.num_eos_lines, int) or config.num_eos_lines < 0:
+        raise ValueError(f"num_eos_lines must be an integer >= 0, got {config.num_eos_lines!r}")
+    for name, lo, hi, closed_hi in (("dropout", 0.0, 1.0, False), ("lr_decay", 0.0, 1.0, True)):
+        v = getattr(config, name)
+        _check_number(v, name)
+        if not (lo <= v < hi or (closed_hi and v == hi)) or (name == "lr_decay" and v == 0):
+            raise ValueError(f"{name} must lie in {'(0, 1]' if name == 'lr_decay' else '[0, 1)'}, got {v!r}")
+    for name in ("lr", "clip"):
+        v = getattr(config, name)
+        _check_number(v, name)
+        if not v > 0:
+            raise ValueError(f"{name} must be > 0, got {v!r}")
+    _check_number(config.weight_decay, "weight_decay")
+    if config.weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {config.weight_decay!r}")
+    betas = tuple(config.betas)
+    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+        raise ValueError(f"betas must be two numbers in [0, 1), got {config.betas!r}")
+    changes["betas"] = tuple(float(b) for b in betas)
+    decoders = tuple(config.decoders)
+    if not decoders:
+        raise ValueError("decoders must name at least one decoder, e.g. ('greedy',)")
+    if len(set(decoders)) != len(decoders):
+        raise ValueError(f"decoders must be distinct, got {decoders}")
+    for name in decoders:
+        parse_decoder(name)
+    changes["decoders"] = decoders
+    return replace(config, **changes)
+
+
+DECODING_FIELDS = ("decoders", "decode_max_len", "decode_max_len_nongreedy", "num_decode_contexts",
+                   "decode_batch_size", "num_eos_lines")
+"""Fields that change only what is measured after training (not the trained weights)."""
+
+
+def training_hash(config: ExperimentConfig) -> str:
+    """Like :func:`config_hash` but over the fields that determine the trained weights only
+    (everything except :data:`DECODING_FIELDS` and ``profile``): a checkpoint can be decoded
+    under any decoding settings."""
+    d = {k: v for k, v in config.to_dict().items() if k not in DECODING_FIELDS and k != "profile"}
+    text = json.dumps({"schema": SCHEMA_VERSION, "training": d}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def config_hash(config: ExperimentConfig) -> str:
+    """sha256 (first 16 hex digits) of the canonical JSON of every field plus
+    :data:`SCHEMA_VERSION`: equal hashes mean the same experiment with the same code semantics."""
+    payload = {"schema": SCHEMA_VERSION, "config": config.to_dict()}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def config_from_dict(d: dict) -> ExperimentConfig:
+    """Inverse of :meth:`ExperimentConfig.to_dict` (unknown keys are an error)."""
+    names = {f.name for f in fields(ExperimentConfig)}
+    unknown = set(d) - names
+    if unknown:
+        raise ValueError(f"unknown config fields {sorted(unknown)}; known: {sorted(names)}")
+    d = dict(d)
+    if "betas" in d:
+        d["betas"] = tuple(d["betas"])
+    if "decoders" in d:
+        d["decoders"] = tuple(d["decoders"])
+    return validate_config(ExperimentConfig(**d))
+
+
+# ---------------------------------------------------------------------------------- profiles
+
+_PROFILE_DEFAULTS = {
+    # quick: seconds on a laptop core; for tests and CI. Numbers mean nothing.
+    "quick": dict(
+        common=dict(vocab_cap=300, max_train_tokens=12_000, max_eval_tokens=4_000, hidden=32, layers=2, dropout=0.1, max_epochs=2,
+                    patience=2, batch_size=16, decode_max_len=40, num_decode_contexts=24, num_eos_lines=2,
+                    decode_batch_size=64),
+        rnn=dict(),
+        lstm=dict(),
+    ),
+    # cpu: what the website shows. See make_config's docstring for the budget.
+    "cpu": dict(
+        common=dict(vocab_cap=5000, max_train_tokens=None, hidden=128, layers=2, dropout=0.3, lr=2e-3,
+                    batch_size=16, max_epochs=2, patience=2, decode_max_len=10_000, decode_max_len_nongreedy=1000,
+                    num_decode_contexts=128, num_eos_lines=6, decode_batch_size=512),
+        rnn=dict(),
+        lstm=dict(),
+    ),
+    # paper: Choi, Cho, Lee (2023) App. D.
+    "paper": dict(
+        common=dict(vocab_cap=None, max_train_tokens=None, layers=2, max_epochs=70, patience=10, batch_size=32,
+                    decode_max_len=100_000, num_decode_contexts=None, num_eos_lines=8, decode_batch_size=256),
+        rnn=dict(hidden=256, dropout=0.3),
+        lstm=dict(hidden=512, dropout=0.5),
+    ),
+}
+
+
+FEATURED_EPS = {"quick": 1e-2, "cpu": 5e-4, "paper": 1e-5}
+"""The eps whose ST/NMST models get every decoder (the paper's App. F uses its best eps, 1e-5;
+the cpu profile uses 5e-4, whose lower bound 1 - (1 - eps)^t reaches 0.39 at t = 1e3, so that
+termination shows within the non-greedy decoders' L = 1e3)."""
+
+
+def default_decoders(profile: str, head: str, eps: float | None) -> tuple[str, ...]:
+    """The decoders a profile runs for a model (Choi, Cho, Lee (2023) Fig. 2 and App. F):
+    ``quick``: greedy, top-2, beam-2 for every model. ``cpu``/``paper``: VA gets every decoder
+    plus consistent top-k / nucleus (Welleck et al. 2020, Defs. 4.1-4.2); ST/NMST at
+    :data:`FEATURED_EPS` get every decoder; other eps get greedy only."""
+    if profile == "quick":
+        return ("greedy", "top-2", "beam-2")
+    head = normalise_head(head)
+    if head == "va":
+        return ALL_DECODERS + VA_CONSISTENT_DECODERS
+    if eps is not None and math.isclose(eps, FEATURED_EPS[profile]):
+        return ALL_DECODERS
+    return GREEDY_ONLY
+
+
+def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", eps: float | None = None,
+                seed: int = 0, **overrides) -> ExperimentConfig:
+    """The config of ``profile`` for one (arch, head, eps, seed), with ``overrides`` applied.
+
+    * ``quick``: a 2 x 32 model on 12k training tokens (4k validation / test tokens), vocabulary
+      300, 2 epochs, 24 contexts decoded to L = 40. Seconds; for tests and CI; its numbers mean nothing.
+    * ``cpu`` (the website; all 10 runs of Chapter 6's suite in about 30-40 min on 2 CPU cores):
+      vocabulary capped to the 5,000 most frequent training words + ``<unk>``; 2 x 128 RNN / LSTM,
+      dropout 0.3, tied; all training sequences (about 330k scored tokens of the substitute
+      split); 2 epochs of AdamW at lr 2e-3, batch 16 (more, smaller steps than the paper's
+      lr 1e-3 / batch 32: in a 2-epoch budget they reached validation perplexity 197 instead of
+      255 for the RNN), betas, weight decay, clipping and lr halving as in the paper; eps in
+      :data:`CPU_EPS`; one seed; 128 fixed validation contexts, greedy decoded to L = 1e4, the
+      other decoders to L = 1e3 (nucleus sorts the vocabulary at every step: the cost of the
+      long non-terminating rows is what the budget cannot afford at 1e4).
+    * ``paper``: Choi, Cho, Lee (2023) App. D: full vocabulary, RNN 2 x 256 dropout 0.3 / LSTM
+      2 x 512 dropout 0.5, tied, AdamW lr 1e-3 betas (0.9, 0.99) wd 0.01, lr halved after a
+      non-improving epoch, early stop after 10, <= 70 epochs, batch 32, clip 1.0, eps in
+      :data:`PAPER_EPS`, 10 seeds (see :func:`nmst_lib.experiments.runs.suite_configs`),
+      L = 1e5. Needs a GPU.
+
+    Decoders default to :func:`default_decoders`.
+    """
+    if profile not in _PROFILE_DEFAULTS:
+        raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
+    arch_key = arch.lower() if isinstance(arch, str) else arch
+    if arch_key not in ARCHS:
+        raise ValueError(f"unknown arch {arch!r}: choose rnn (tanh RNN) or lstm")
+    defaults = dict(_PROFILE_DEFAULTS[profile]["common"])
+    defaults["decoders"] = default_decoders(profile, head, eps)
+    defaults.update(_PROFILE_DEFAULTS[profile][arch_key])
+    defaults.update(overrides)
+    names = {f.name for f in fields(ExperimentConfig)}
+    unknown = set(defaults) - names
+    if unknown:
+        raise ValueError(f"unknown config fields {sorted(unknown)}; known: {sorted(names)}")
+    return validate_config(ExperimentConfig(profile=profile, arch=arch_key, head=head, eps=eps, seed=seed, **defaults))

@@ -1,0 +1,346 @@
+"""Running experiments end to end: train, decode at scale (r_nt(L) curves, length
+distributions), per-token eos probabilities, provenance, the results store, and the suites
+that Chapter 6 (06_wikitext) shows (Choi, Cho, Lee (2023) Sec. 4.1, Figs. 2-4, 7-8, App. F-G).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .. import data as D
+from ..decoding import decode
+from ..metrics import length_histogram, rnt_curve
+from .config import (
+    CPU_EPS,
+    PAPER_EPS,
+    ExperimentConfig,
+    make_config,
+    parse_decoder,
+    validate_config,
+)
+from .results import (
+    CURRENT,
+    StoredResult,
+    code_version,
+    command_line,
+    environment_info,
+    load_result,
+    save_result,
+    utc_now,
+)
+from .train import (
+    CheckpointError,
+    TrainedRun,
+    checkpoint_path,
+    default_device,
+    load_checkpoint,
+    train,
+)
+
+__all__ = [
+    "rnt_grid",
+    "decoding_context_indices",
+    "sparse_histogram",
+    "decode_at_scale",
+    "eos_probability_traces",
+    "load_trained",
+    "evaluate_trained",
+    "run_experiment",
+    "load_or_run",
+    "suite_configs",
+    "run_suite",
+]
+
+def rnt_grid(max_len: int, points: int = 60) -> list[int]:
+    """Log-spaced integer L values from 1 to ``max_len`` (inclusive) for r_nt(L) curves
+    (Choi, Cho, Lee (2023) Fig. 2 plots r_nt(L) on log-log axes)."""
+    grid = np.unique(np.round(np.logspace(0, math.log10(max_len), points)).astype(np.int64))
+    grid = grid[(grid >= 1) & (grid <= max_len)]
+    return sorted(set(grid.tolist()) | {1, max_len})
+
+
+def decoding_context_indices(config: ExperimentConfig, valid: D.SequenceData) -> torch.Tensor:
+    """Which validation sequences give the decoding contexts: all of them, or a fixed random
+    subset of ``num_decode_contexts`` (generator seed 0, the same for every model seed)."""
+    n = len(valid)
+    if config.num_decode_contexts is None or config.num_decode_contexts >= n:
+        return torch.arange(n)
+    return torch.randperm(n, generator=torch.Generator().manual_seed(0))[: config.num_decode_contexts].sort().values
+
+
+def sparse_histogram(counts) -> dict:
+    """``{"values": [...], "counts": [...]}`` of the non-zero entries of a count array."""
+    counts = np.asarray(counts)
+    nz = np.nonzero(counts)[0]
+    return {"values": nz.tolist(), "counts": counts[nz].tolist()}
+
+
+def _peak_memory_start(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    return None
+
+
+def _peak_memory_mib(device: torch.device, start) -> dict:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device)
+        return {"kind": "cuda max_memory_allocated during the decode", "mib": peak / 2**20,
+                "above_start_mib": (peak - start) / 2**20}
+    try:
+        import resource
+        import sys
+
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        mib = rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+        return {"kind": "process peak RSS so far (ru_maxrss)", "mib": mib}
+    except ImportError:  # pragma: no cover - Windows
+        return {"kind": "unavailable", "mib": None}
+
+
+def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int, Ls=None, seed: int = 0,
+                    batch_size: int = 512, vocab: D.Vocabulary | None = None, num_examples: int = 3,
+                    example_tokens: int = 60, progress: bool = False) -> dict:
+    """r_nt(L) for every L in ``Ls`` (default :func:`rnt_grid`) and the length distribution of
+    ``decoder``'s continuations of ``contexts``, from ONE decode per context to ``max_len``
+    (Choi, Cho, Lee (2023) eq. 11, Figs. 2 and 7; DESIGN.md r_nt(L)).
+
+    Contexts are decoded in chunks of ``batch_size`` (one :func:`nmst_lib.decoding.decode` call
+    each; finished rows leave, so memory follows the unfinished rows) and the chunks' curves are
+    averaged with their sizes as weights. Sampling decoders draw from one generator seeded with
+    ``seed``. Returns JSON-ready numbers plus wall time, peak memory and a few example
+    continuations (when ``vocab`` is given).
+    """
+    spec = parse_decoder(decoder)
+    Ls = rnt_grid(max_len) if Ls is None else list(Ls)
+    device = getattr(model, "device", torch.device("cpu"))
+    generator = torch.Generator(device=device).manual_seed(int(seed)) if spec.sampling else None
+    weighted = np.zeros(len(Ls))
+    hist = np.zeros(max_len + 2, dtype=np.int64)
+    examples = []
+    mem0 = _peak_memory_start(device)
+    start = time.perf_counter()
+    chunks = contexts.split(batch_size)
+    for chunk in chunks:
+        g = decode(model, chunk, spec.method, max_len=max_len, generator=generator, **spec.decode_kwargs())
+        weighted += rnt_curve(g, Ls) * chunk.shape[0]
+        hist += length_histogram(g)
+        if vocab is not None and len(examples) < num_examples:
+            for i in range(min(num_examples - len(examples), chunk.shape[0])):
+                n = int(g.lengths[i])
+                examples.append({"context": " ".join(vocab.decode(chunk[i])),
+                                 "continuation": " ".join(vocab.decode(g.tokens[i, :min(n, example_tokens)])),
+                                 "length": n, "terminated": bool(g.terminated[i])})
+    wall = time.perf_counter() - start
+    n = contexts.shape[0]
+    terminated = hist[1:max_len + 1]
+    lengths = np.arange(1, max_len + 1)
+    n_term = int(terminated.sum())
+    return {
+        "decoder": decoder,
+        "method": spec.method,
+        "kwargs": spec.decode_kwargs(),
+        "seed": int(seed) if spec.sampling else None,
+        "num_contexts": n,
+        "max_len": max_len,
+        "L": Ls,
+        "rnt": (weighted / n).tolist(),
+        "terminated_fraction": n_term / n,
+        "mean_terminated_length": float((terminated * lengths).sum() / n_term) if n_term else None,
+        "length_histogram": sparse_histogram(hist[:max_len + 1]),
+        "not_terminated": int(hist[max_len + 1]),
+        "wall_seconds": wall,
+        "peak_memory": _peak_memory_mib(device, mem0),
+        "examples": examples,
+    }
+
+
+@torch.no_grad()
+def eos_probability_traces(model, data: D.SequenceData, num_lines: int, min_len: int = 12,
+                           max_len: int = 60) -> list[dict]:
+    """p(y_t = eos | y_<t, x) at every continuation step t of ``num_lines`` validation lines
+    under teacher forcing (Choi, Cho, Lee (2023) Fig. 3 and 6; Chapter 6, 06_wikitext).
+
+    Lines are chosen deterministically: those whose continuation (with eos) has ``min_len`` to
+    ``max_len`` tokens, evenly spaced through the split. Each trace lists the context words,
+    the continuation words (the t-th is the token that step t should predict; the last is
+    ``<eos>``) and p(eos) per step.
+    """
+    if num_lines == 0:
+        return []
+    cont = data.continuation_lengths
+    eligible = torch.nonzero((cont >= min_len) & (cont <= max_len)).squeeze(1)
+    if eligible.numel() == 0:
+        eligible = torch.arange(len(data))
+    picks = eligible[torch.linspace(0, eligible.numel() - 1, min(num_lines, eligible.numel())).round().long()]
+    picks = torch.unique(picks)
+    was_training = model.training
+    model.eval()
+    batch = D.make_batch(data, picks).to(model.device)
+    log_probs = model(batch.inputs, batch.context_mask)
+    model.train(was_training)
+    p_eos = log_probs[..., model.eos_id].exp().double().cpu()
+    k = data.context_len
+    traces = []
+    for row, i in enumerate(picks.tolist()):
+        seq = data.sequence(i)
+        n = int(data.lengths[i]) - k
+        traces.append({
+            "sequence_index": i,
+            "line_number": int(data.line_numbers[i]),
+            "context": data.vocab.decode(seq[:k]),
+            "continuation": data.vocab.decode(seq[k:]),
+            "p_eos": p_eos[row, k - 1:k - 1 + n].tolist(),
+        })
+    return traces
+
+
+def load_trained(config: ExperimentConfig, *, checkpoint_dir=None, device=None, data=None) -> TrainedRun:
+    """The finished run of ``config`` from its checkpoint (best weights, eval mode), without
+    training; raises :class:`CheckpointError` if there is none or it is unfinished."""
+    path = checkpoint_path(config, checkpoint_dir)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint for {config.key} at {path}: run `python -m nmst_lib train` first")
+    ckpt = load_checkpoint(path)
+    if not ckpt["progress"]["finished"]:
+        raise CheckpointError(f"{path} holds an unfinished run (epoch {ckpt['progress']['epoch']}); "
+                              "finish it with `python -m nmst_lib train --resume`")
+    return train(config, checkpoint_dir=checkpoint_dir, resume=True, device=device, data=data, progress=False)
+
+
+def evaluate_trained(run: TrainedRun, *, progress: bool = False, log: Callable[[str], None] | None = None,
+                     command: str | None = None, started: float | None = None) -> dict:
+    """Everything a result file holds for a trained run: perplexities and training history,
+    r_nt(L) curves and length histograms of every decoder of the config, the data's length
+    histogram, eos-probability traces, data description, seeds and provenance."""
+    config, model, data = run.config, run.model, run.data
+    say = log or (lambda msg: None)
+    model.eval()
+    idx = decoding_context_indices(config, data.valid)
+    contexts = data.valid.contexts(idx)
+    decoding = {}
+    from tqdm.auto import tqdm
+
+    for name in tqdm(config.decoders, desc=f"{config.label} decoding", disable=not progress, leave=False):
+        max_len = config.decode_max_len
+        if name != "greedy" and config.decode_max_len_nongreedy is not None:
+            max_len = config.decode_max_len_nongreedy
+        res = decode_at_scale(model, contexts, name, max_len=max_len, seed=config.seed,
+                              batch_size=config.decode_batch_size, vocab=data.vocab)
+        decoding[name] = res
+        say(f"[decode] {config.key} {name}: r_nt({max_len}) = {res['rnt'][-1]:.3f} "
+            f"({res['wall_seconds']:.1f} s)")
+    data_lengths = data.valid.continuation_lengths[idx]
+    data_hist = np.bincount(data_lengths.numpy(), minlength=config.decode_max_len + 2)
+    return {
+        "metrics": {
+            "val_ppl": run.val_ppl,
+            "test_ppl": run.test_ppl,
+            "best_epoch": run.best_epoch,
+            "epochs_run": run.epochs_run,
+            "stopped_early": run.stopped_early,
+            "history": run.history,
+            "num_parameters": sum(p.numel() for p in model.parameters()),
+        },
+        "decoding": decoding,
+        "data_length_histogram": {**sparse_histogram(data_hist), "of": "continuation lengths (eos included) of "
+                                  "the decoded validation sequences"},
+        "eos_probabilities": eos_probability_traces(model, data.valid, config.num_eos_lines),
+        "data": data.description,
+        "seeds": {"python": config.seed, "numpy": config.seed, "torch": config.seed,
+                  "data_order": f"torch.Generator seeded with seed * 1000003 + epoch (seed {config.seed})",
+                  "sampling_decoders": config.seed, "decoding_contexts": 0,
+                  "substitute_split": config.substitute_seed},
+        "provenance": {
+            **code_version(),
+            **environment_info(run.device),
+            "command": command or command_line(),
+            "date_utc": utc_now(),
+            "train_seconds": run.train_seconds,
+            "wall_seconds": (time.perf_counter() - started) if started is not None else None,
+            "resumed_from": run.resumed_from,
+        },
+    }
+
+
+def run_experiment(config: ExperimentConfig, *, results_dir=None, checkpoint_dir=None, resume: bool = True,
+                   device=None, progress: bool = True, log: Callable[[str], None] | None = None,
+                   command: str | None = None, checkpoint_every: int | None = None) -> StoredResult:
+    """Train (or resume) ``config``, decode, evaluate and store the result JSON; returns the
+    stored result (status CURRENT). Chapter 6 (06_wikitext)."""
+    config = validate_config(config)
+    started = time.perf_counter()
+    run = train(config, checkpoint_dir=checkpoint_dir, resume=resume, device=device, progress=progress, log=log,
+                checkpoint_every=checkpoint_every)
+    result = evaluate_trained(run, progress=progress, log=log, command=command, started=started)
+    save_result(result, config, results_dir)
+    return load_result(config, results_dir)
+
+
+def load_or_run(config: ExperimentConfig, *, results_dir=None, run: bool = True, log=None, **run_kwargs) -> StoredResult:
+    """The CURRENT stored result of ``config``; otherwise (missing or STALE) run the experiment
+    when ``run`` is true, else return what was found with its status so a page can say it is
+    STALE or MISSING. Chapter 6 (06_wikitext) loads every figure's numbers through this."""
+    stored = load_result(config, results_dir)
+    if stored.status == CURRENT or not run:
+        return stored
+    if log:
+        log(f"[load_or_run] {config.key}: {stored.message}; running it")
+    return run_experiment(config, results_dir=results_dir, log=log, **run_kwargs)
+
+
+# ------------------------------------------------------------------------------------ suites
+
+
+def suite_configs(profile: str) -> list[ExperimentConfig]:
+    """Every run Chapter 6 (06_wikitext) needs at ``profile``.
+
+    Decoders per run follow :func:`nmst_lib.experiments.config.default_decoders`.
+
+    * ``paper``: RNN and LSTM x {VA, ST, NMST x :data:`PAPER_EPS`} x seeds 0-9: 180 runs; greedy
+      for all (Fig. 2, Table 1, Fig. 4); every decoder for VA and for ST/NMST at eps = 1e-5
+      (App. F, Fig. 7; consistent top-k/nucleus for VA).
+    * ``cpu``: RNN and LSTM x {VA, ST, NMST x :data:`CPU_EPS`}, seed 0: 10 runs; every decoder
+      for VA and for ST/NMST at eps = 1e-4, greedy for the rest.
+    * ``quick``: LSTM x {VA, ST, NMST at eps = 1e-2}, seed 0, greedy, top-2 and beam-2.
+    """
+    if profile == "quick":
+        return [make_config("quick", "lstm", h, e, 0) for h, e in (("va", None), ("st", 1e-2), ("nmst", 1e-2))]
+    if profile not in ("cpu", "paper"):
+        raise ValueError(f"unknown profile {profile!r}: choose quick, cpu or paper")
+    eps_grid = CPU_EPS if profile == "cpu" else PAPER_EPS
+    seeds = range(1) if profile == "cpu" else range(10)
+    configs = []
+    for arch in ("rnn", "lstm"):
+        for seed in seeds:
+            configs.append(make_config(profile, arch, "va", None, seed))
+            configs += [make_config(profile, arch, head, eps, seed) for head in ("st", "nmst") for eps in eps_grid]
+    return configs
+
+
+def run_suite(profile: str, *, results_dir=None, checkpoint_dir=None, force: bool = False, device=None,
+              progress: bool = True, log: Callable[[str], None] | None = print, command: str | None = None,
+              only: Callable[[ExperimentConfig], bool] | None = None) -> list[StoredResult]:
+    """Run every config of :func:`suite_configs` whose stored result is not CURRENT (all of
+    them with ``force``), resuming from checkpoints; returns the stored results in order."""
+    say = log or (lambda msg: None)
+    device = torch.device(device) if device is not None else default_device()
+    out = []
+    configs = [c for c in suite_configs(profile) if only is None or only(c)]
+    for i, config in enumerate(configs, 1):
+        stored = load_result(config, results_dir)
+        if stored.status == CURRENT and not force:
+            say(f"[suite {i}/{len(configs)}] {config.key}: current, skipped")
+            out.append(stored)
+            continue
+        say(f"[suite {i}/{len(configs)}] {config.key}: {stored.status}, running")
+        out.append(run_experiment(config, results_dir=results_dir, checkpoint_dir=checkpoint_dir,
+                                  resume=not force, device=device, progress=progress, log=log, command=command))
+    return out

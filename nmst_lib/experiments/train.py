@@ -1,0 +1,465 @@
+"""Training of the WikiText-2 language models: data preparation, the training loop with
+AdamW, learning-rate halving, early stopping and best-by-validation selection (Choi, Cho, Lee
+(2023) App. D), atomic checksummed checkpoints, and exact resumption (Chapter 6, 06_wikitext).
+
+Reproducibility: every random choice comes from a seed (python, numpy, torch; the data order
+from a generator seeded by ``(seed, epoch)``); checkpoints hold the RNG states, so a run that
+is killed and resumed reaches the same final validation perplexity as an uninterrupted one
+(bit for bit on CPU). Checkpoints are read only with ``torch.load(weights_only=True)`` after
+a sha256 check: a truncated or corrupted file raises :class:`CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .. import data as D
+from ..heads import head_from_name
+from ..models import RecurrentLM, build_model
+from .config import DECODING_FIELDS, ExperimentConfig, training_hash, validate_config
+from .results import atomic_write_bytes
+
+__all__ = [
+    "CheckpointError",
+    "PreparedData",
+    "TrainedRun",
+    "default_device",
+    "default_checkpoint_dir",
+    "checkpoint_path",
+    "seed_everything",
+    "load_corpus",
+    "prepare_data",
+    "build_model_for",
+    "evaluate_perplexity",
+    "save_checkpoint",
+    "load_checkpoint",
+    "train",
+]
+
+_MAGIC = b"NMSTCKPT1\n"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is corrupted, truncated, or does not belong to this config/data."""
+
+
+def default_device() -> torch.device:
+    """CUDA when available, else CPU (same code path on both)."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_checkpoint_dir() -> Path:
+    """``<repo>/data/checkpoints/wikitext2`` (git-ignored)."""
+    return D.repo_root() / "data" / "checkpoints" / "wikitext2"
+
+
+def checkpoint_path(config: ExperimentConfig, checkpoint_dir=None) -> Path:
+    """The checkpoint file of ``config``: ``<checkpoint_dir>/<key>.pt``."""
+    base = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir()
+    return base / f"{config.key}.pt"
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's ``random``, numpy and torch (CPU and CUDA) with ``seed``."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ------------------------------------------------------------------------------------- data
+
+_CORPUS_CACHE: dict = {}
+
+
+def load_corpus(config: ExperimentConfig, directory=None) -> D.Corpus:
+    """The corpus named by ``config.data_source`` (cached per process; see
+    :func:`nmst_lib.data.load_wikitext2`)."""
+    import os
+
+    key = (config.data_source, str(directory), os.environ.get(D.ENV_DIR), config.substitute_seed)
+    if key not in _CORPUS_CACHE:
+        _CORPUS_CACHE[key] = D.load_wikitext2(config.data_source, directory, substitute_seed=config.substitute_seed)
+    return _CORPUS_CACHE[key]
+
+
+@dataclass
+class PreparedData:
+    """Vocabulary and sequences of each split, plus the provenance dict that goes into results."""
+
+    vocab: D.Vocabulary
+    train: D.SequenceData
+    valid: D.SequenceData
+    test: D.SequenceData
+    description: dict
+
+
+def _truncate(data: D.SequenceData, max_tokens: int | None, name: str) -> D.SequenceData:
+    if max_tokens is None or data.num_tokens <= max_tokens:
+        return data
+    keep = int((torch.cumsum(data.lengths, 0) <= max_tokens).sum())
+    if keep == 0:
+        raise ValueError(f"{name}={max_tokens} is smaller than the first sequence of the split "
+                         f"({int(data.lengths[0])} tokens); raise it")
+    return data.subset(torch.arange(keep))
+
+
+def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> PreparedData:
+    """Vocabulary from the training lines (capped at ``config.vocab_cap``), continuation-task
+    sequences of every split (k = ``config.context_len``), the training sequences cut to
+    ``config.max_train_tokens`` (validation and test to ``config.max_eval_tokens``), and a provenance dict (Chapter 6, 06_wikitext, "The data").
+    Raises ValueError when a split has no usable sequence."""
+    config = validate_config(config)
+    corpus = corpus if corpus is not None else load_corpus(config)
+    vocab = D.build_vocabulary(corpus.train, cap=config.vocab_cap)
+    splits = {}
+    for name in D.SPLITS:
+        seqs = D.make_sequences(corpus.split(name), vocab, config.context_len)
+        if len(seqs) == 0:
+            raise ValueError(f"the {name} split has no line longer than context_len={config.context_len} tokens: "
+                             "nothing to train or evaluate on; check the data source or lower context_len")
+        splits[name] = seqs
+    splits["train"] = _truncate(splits["train"], config.max_train_tokens, "max_train_tokens")
+    splits["valid"] = _truncate(splits["valid"], config.max_eval_tokens, "max_eval_tokens")
+    splits["test"] = _truncate(splits["test"], config.max_eval_tokens, "max_eval_tokens")
+    desc = corpus.description.to_dict()
+    desc["sequences"] = {
+        name: {"num_sequences": len(s), "num_tokens": s.num_tokens, "num_scored_tokens": s.num_target_tokens,
+               "unk_rate": float((s.tokens == vocab.unk_id).double().mean())}
+        for name, s in splits.items()
+    }
+    desc["vocabulary"] = {"size": len(vocab), "cap": config.vocab_cap, "fingerprint": vocab.fingerprint,
+                          "built_from": "train split (after substitution, before max_train_tokens)"}
+    desc["context_len"] = config.context_len
+    return PreparedData(vocab, splits["train"], splits["valid"], splits["test"], desc)
+
+
+def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM:
+    """The model and output layer that ``config`` names (Choi, Cho, Lee (2023) App. D)."""
+    head = head_from_name(config.head, eps=config.eps)
+    return build_model(config.arch, vocab_size, hidden=config.hidden, layers=config.layers,
+                       dropout=config.dropout, head=head)
+
+
+# ------------------------------------------------------------------------------- evaluation
+
+
+def _autocast(device: torch.device):
+    """bf16 (or fp16) autocast on CUDA, nothing on CPU; the heads always run in float32."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.autocast("cuda", dtype=dtype)
+
+
+@torch.no_grad()
+def evaluate_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64,
+                        max_tokens: int | None = None) -> float:
+    """Per-token perplexity exp(mean NLL) over the continuation tokens (eos included, context
+    excluded) of ``data`` (Choi, Cho, Lee (2023) Sec. 4, Table 1; as
+    :func:`nmst_lib.metrics.perplexity` over the whole split). Runs in eval mode; restores the
+    model's mode afterwards."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    device = model.device
+    try:
+        for indices in D.bucket_batches(data.lengths, batch_size, max_tokens=max_tokens):
+            with _autocast(device):
+                nll, n = model.token_nll(D.make_batch(data, indices))
+            total += float(nll.double())
+            count += int(n)
+    finally:
+        model.train(was_training)
+    return math.exp(total / count)
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+def save_checkpoint(path: str | Path, payload: dict) -> None:
+    """Write ``payload`` (tensors, numbers, strings, lists, dicts) with a sha256 header,
+    atomically (temporary file + fsync + ``os.replace``)."""
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    body = buf.getvalue()
+    digest = hashlib.sha256(body).hexdigest().encode("ascii")
+    atomic_write_bytes(path, _MAGIC + digest + b"\n" + body)
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Read a checkpoint written by :func:`save_checkpoint`: check the header and the sha256,
+    then ``torch.load(..., weights_only=True)``. Raises :class:`CheckpointError` when the file
+    is truncated, corrupted or not a checkpoint."""
+    path = Path(path)
+    raw = path.read_bytes()
+    head_len = len(_MAGIC) + 64 + 1
+    if not raw.startswith(_MAGIC) or len(raw) < head_len:
+        raise CheckpointError(f"{path} is not an nmst_lib checkpoint (bad header); delete it and train again")
+    digest, body = raw[len(_MAGIC):head_len - 1].decode("ascii", "replace"), raw[head_len:]
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise CheckpointError(
+            f"checkpoint {path} is corrupted or truncated (sha256 mismatch); delete it and train again "
+            "without --resume"
+        )
+    try:
+        return torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except Exception as err:  # pragma: no cover - checksum passed but unpickling failed
+        raise CheckpointError(f"checkpoint {path} could not be loaded ({err}); delete it and train again") from err
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    np_state = np.random.get_state()
+    state["numpy"] = {"name": np_state[0], "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+                      "pos": int(np_state[2]), "has_gauss": int(np_state[3]), "cached": float(np_state[4])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _clone_state(module: torch.nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+# ---------------------------------------------------------------------------------- training
+
+
+@dataclass
+class TrainedRun:
+    """A trained model (best epoch's weights, eval mode) and its training record."""
+
+    config: ExperimentConfig
+    model: RecurrentLM
+    data: PreparedData
+    history: list[dict]
+    best_epoch: int
+    epochs_run: int
+    stopped_early: bool
+    val_ppl: float
+    test_ppl: float
+    train_seconds: float
+    device: str
+    checkpoint: str
+    resumed_from: dict | None = None
+
+
+@dataclass
+class _Progress:
+    epoch: int = 0  # completed epochs
+    step: int = 0  # batches done in the current epoch
+    best_val_ppl: float = math.inf
+    best_epoch: int = 0
+    bad_epochs: int = 0
+    lr: float = 0.0
+    history: list = field(default_factory=list)
+    finished: bool = False
+    stopped_early: bool = False
+    train_seconds: float = 0.0
+    epoch_loss_sum: float = 0.0
+    epoch_tokens: int = 0
+
+
+def _checkpoint_payload(config, vocab, model, optimizer, scaler, best_state, prog: _Progress) -> dict:
+    return {
+        "format": 1,
+        "config": config.to_dict(),
+        "training_hash": training_hash(config),
+        "vocab_size": len(vocab),
+        "vocab_fingerprint": vocab.fingerprint,
+        "model": model.state_dict(),
+        "best_model": best_state,
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "rng": _rng_state(),
+        "progress": {k: getattr(prog, k) for k in prog.__dataclass_fields__},
+    }
+
+
+def _check_checkpoint_matches(ckpt: dict, config: ExperimentConfig, vocab: D.Vocabulary, path: Path) -> None:
+    if ckpt.get("training_hash") != training_hash(config):
+        stored, current = ckpt.get("config", {}), config.to_dict()
+        diff = [k for k in sorted(set(stored) | set(current))
+                if stored.get(k) != current.get(k) and k not in DECODING_FIELDS]
+        raise CheckpointError(
+            f"checkpoint {path} was written for a different config (fields that differ: {diff or 'schema version'}); "
+            "use another --checkpoint-dir, or train without --resume to start over"
+        )
+    if ckpt.get("vocab_fingerprint") != vocab.fingerprint:
+        raise CheckpointError(
+            f"vocabulary mismatch: checkpoint {path} has a vocabulary of {ckpt.get('vocab_size')} entries, the data "
+            f"gives {len(vocab)} (different data source or vocabulary); point at the data it was trained on, or "
+            "train without --resume to start over"
+        )
+
+
+def train(
+    config: ExperimentConfig,
+    *,
+    checkpoint_dir=None,
+    resume: bool = False,
+    data: PreparedData | None = None,
+    device=None,
+    progress: bool = True,
+    checkpoint_every: int | None = None,
+    log: Callable[[str], None] | None = None,
+    log_steps: bool = False,
+) -> TrainedRun:
+    """Train the model of ``config`` (Choi, Cho, Lee (2023) Sec. 4.1 and App. D; Chapter 6,
+    06_wikitext).
+
+    AdamW(lr, betas, weight_decay); per epoch, bucketed batches in an order fixed by
+    ``(seed, epoch)``; gradient-norm clipping; after the epoch the validation perplexity
+    decides: improvement -> remember these weights; none -> multiply the lr by ``lr_decay``, and
+    stop after ``patience`` such epochs in a row. The returned model holds the best epoch's
+    weights. On CUDA the forward pass runs under bf16/fp16 autocast (the head in float32).
+
+    A checkpoint ``<checkpoint_dir>/<key>.pt`` is written atomically after every epoch (and
+    every ``checkpoint_every`` batches when given). ``resume=True`` continues from it (also a
+    finished run: then nothing is trained), restoring weights, optimizer, RNG states and the
+    position in the epoch; without ``resume`` an existing checkpoint is overwritten.
+    Config and data problems raise before any training step.
+    """
+    config = validate_config(config)
+    say = log or (lambda msg: None)
+    if checkpoint_every is not None:
+        from .._validation import check_positive_int
+
+        checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
+    device = torch.device(device) if device is not None else default_device()
+    data = data if data is not None else prepare_data(config)
+    vocab = data.vocab
+    path = checkpoint_path(config, checkpoint_dir)
+
+    seed_everything(config.seed)
+    model = build_model_for(config, len(vocab)).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
+                                  weight_decay=config.weight_decay)
+    use_scaler = device.type == "cuda" and not torch.cuda.is_bf16_supported()
+    scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+    prog = _Progress(lr=config.lr)
+    best_state = _clone_state(model)
+    resumed_from = None
+
+    if resume and path.is_file():
+        ckpt = load_checkpoint(path)
+        _check_checkpoint_matches(ckpt, config, vocab, path)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        if scaler is not None and ckpt.get("scaler"):
+            scaler.load_state_dict(ckpt["scaler"])
+        best_state = ckpt["best_model"]
+        prog = _Progress(**ckpt["progress"])
+        _set_rng_state(ckpt["rng"])
+        resumed_from = {"epoch": prog.epoch, "step": prog.step}
+        say(f"[train] {config.key}: resumed from {path.name} at epoch {prog.epoch} + {prog.step} batches")
+    elif resume:
+        say(f"[train] {config.key}: no checkpoint at {path}; starting from scratch")
+
+    for group in optimizer.param_groups:
+        group["lr"] = prog.lr
+
+    def checkpoint():
+        save_checkpoint(path, _checkpoint_payload(config, vocab, model, optimizer, scaler, best_state, prog))
+
+    start_time = time.perf_counter() - prog.train_seconds
+    while not prog.finished and prog.epoch < config.max_epochs:
+        prog = _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every,
+                                checkpoint, say, log_steps, start_time)
+        val_ppl = evaluate_perplexity(model, data.valid, config.batch_size * 2, config.max_batch_tokens)
+        epoch_no = prog.epoch + 1
+        record = {"epoch": epoch_no, "lr": prog.lr, "val_ppl": val_ppl,
+                  "train_loss": prog.epoch_loss_sum / max(prog.epoch_tokens, 1), "train_tokens": prog.epoch_tokens}
+        if val_ppl < prog.best_val_ppl:
+            prog.best_val_ppl, prog.best_epoch, prog.bad_epochs = val_ppl, epoch_no, 0
+            best_state = _clone_state(model)
+        else:
+            prog.bad_epochs += 1
+            prog.lr *= config.lr_decay
+            for group in optimizer.param_groups:
+                group["lr"] = prog.lr
+        prog.history.append(record)
+        prog.epoch, prog.step, prog.epoch_loss_sum, prog.epoch_tokens = epoch_no, 0, 0.0, 0
+        prog.stopped_early = prog.bad_epochs >= config.patience
+        prog.finished = prog.stopped_early or prog.epoch >= config.max_epochs
+        prog.train_seconds = time.perf_counter() - start_time
+        checkpoint()
+        say(f"[train] {config.key}: epoch {epoch_no}/{config.max_epochs} train_loss {record['train_loss']:.4f} "
+            f"val_ppl {val_ppl:.2f} lr {record['lr']:.2e}{' (best)' if prog.best_epoch == epoch_no else ''}")
+
+    if not prog.finished:  # max_epochs reached by a resumed run whose flag was not set
+        prog.finished = True
+        checkpoint()
+    model.load_state_dict(best_state)
+    model.eval()
+    val_ppl = evaluate_perplexity(model, data.valid, config.batch_size * 2, config.max_batch_tokens)
+    test_ppl = evaluate_perplexity(model, data.test, config.batch_size * 2, config.max_batch_tokens)
+    return TrainedRun(config=config, model=model, data=data, history=list(prog.history), best_epoch=prog.best_epoch,
+                      epochs_run=prog.epoch, stopped_early=prog.stopped_early, val_ppl=val_ppl, test_ppl=test_ppl,
+                      train_seconds=prog.train_seconds, device=str(device), checkpoint=str(path),
+                      resumed_from=resumed_from)
+
+
+def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every, checkpoint,
+                     say, log_steps, start_time) -> _Progress:
+    """One epoch (or the rest of one, from ``prog.step``) of teacher-forced training."""
+    from tqdm.auto import tqdm
+
+    epoch = prog.epoch  # 0-based index of the running epoch
+    batches = D.bucket_batches(data.train.lengths, config.batch_size, max_tokens=config.max_batch_tokens,
+                               shuffle=True, generator=D.epoch_generator(config.seed, epoch))
+    total_tokens = data.train.num_target_tokens
+    done_tokens = sum(int((data.train.lengths[b] - config.context_len).sum()) for b in batches[:prog.step])
+    bar = tqdm(total=total_tokens, initial=done_tokens, unit="tok", unit_scale=True, disable=not progress,
+               desc=f"{config.label} epoch {epoch + 1}/{config.max_epochs}", leave=False, dynamic_ncols=True)
+    model.train()
+    with bar:
+        for i in range(prog.step, len(batches)):
+            batch = D.make_batch(data.train, batches[i]).to(device)
+            with _autocast(device):
+                nll, count = model.token_nll(batch)
+            loss = nll / count
+            optimizer.zero_grad(set_to_none=True)
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+                optimizer.step()
+            n = int(count)
+            prog.epoch_loss_sum += float(nll.detach())
+            prog.epoch_tokens += n
+            prog.step = i + 1
+            bar.update(n)
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", lr=f"{prog.lr:.1e}", refresh=False)
+            if log_steps:
+                say(f"[step] epoch {epoch + 1} batch {i + 1}/{len(batches)} loss {float(loss.detach()):.4f}")
+            if checkpoint_every and prog.step % checkpoint_every == 0 and prog.step < len(batches):
+                prog.train_seconds = time.perf_counter() - start_time
+                checkpoint()
+    return prog
+

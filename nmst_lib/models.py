@@ -1,0 +1,305 @@
+"""Recurrent language models (tanh RNN, LSTM) with a pluggable output layer, and the decoding
+protocol of DESIGN.md.
+
+The models of the NMST paper's WikiText-2 experiments (Choi, Cho, Lee (2023), Sec. 4.1 and
+App. D): 2-layer tanh RNN or LSTM, tied input/output embeddings, dropout, and an output
+layer from :mod:`nmst_lib.heads` (vanilla softmax, ST of Welleck et al. (2020) Def. 4.3, or NMST
+of Choi, Cho, Lee (2023) Def. 6). Chapter 6 (06_wikitext) trains and decodes them; the heads
+are derived in Chapters 4 (04_self_terminating) and 5 (05_nmst).
+
+:class:`GPT2LM` wraps ``transformers.GPT2LMHeadModel`` with the same heads (Choi, Cho, Lee
+(2023) Sec. 4.2) and a key/value-cache decoding state.
+
+Decoding protocol (DESIGN.md): ``eos_id``, ``vocab_size``, ``initial_state(contexts)``,
+``step(state, tokens)``, ``select(state, index)``. The state is a :class:`RecurrentState`
+(the RNN's hidden state AND the head's running state, e.g. ST's running product or NMST's
+step count); ``select`` reorders both (the reference code forgot the LSTM cell state and the
+eos state in beam search).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from ._validation import check_positive_int
+
+__all__ = ["RecurrentState", "RecurrentLM", "RNNLM", "LSTMLM", "build_model", "ARCHITECTURES", "GPT2LM", "GPT2State"]
+
+
+class RecurrentState(NamedTuple):
+    """Decoding state of a :class:`RecurrentLM`: ``hidden`` is ``h[L, B, H]`` (RNN) or
+    ``(h, c)`` (LSTM); ``head`` is the output layer's per-row state ``[B]``."""
+
+    hidden: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+    head: torch.Tensor
+
+
+def _default_head():
+    from .heads import VanillaHead
+
+    return VanillaHead()
+
+
+class RecurrentLM(nn.Module):
+    """A word-level recurrent LM: embedding -> dropout -> ``layers``-layer RNN/LSTM -> dropout ->
+    tied output projection -> output layer ``head`` (Choi, Cho, Lee (2023) App. D; Chapter 6,
+    06_wikitext).
+
+    The embedding size equals ``hidden`` so that the output projection can share the embedding
+    matrix (weight tying). ``head`` is any :class:`nmst_lib.heads.OutputHead` (default: vanilla
+    softmax); its eos must be the last id, as in :class:`nmst_lib.data.Vocabulary`.
+    Subclasses fix the cell: :class:`RNNLM` (tanh) and :class:`LSTMLM`.
+    """
+
+    cell = "rnn"
+
+    def __init__(self, vocab_size: int, hidden: int = 256, layers: int = 2, dropout: float = 0.3, head=None):
+        super().__init__()
+        self.vocab_size = check_positive_int(vocab_size, "vocab_size", minimum=2)
+        self.hidden_size = check_positive_int(hidden, "hidden")
+        self.num_layers = check_positive_int(layers, "layers")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+        self.dropout_p = float(dropout)
+        self.head = _default_head() if head is None else head
+        if not isinstance(self.head, nn.Module) or not hasattr(self.head, "step"):
+            raise TypeError(f"head must be an output layer from nmst_lib.heads, got {type(self.head).__name__}")
+        head_eos = int(getattr(self.head, "eos_id", -1))
+        if head_eos not in (-1, self.vocab_size - 1):
+            raise ValueError(
+                f"the head's eos_id ({head_eos}) must be the last id ({self.vocab_size - 1}) or -1: "
+                "the vocabulary puts <eos> last"
+            )
+        self.eos_id = self.vocab_size - 1
+        self.embedding = nn.Embedding(self.vocab_size, self.hidden_size)
+        rnn_dropout = self.dropout_p if self.num_layers > 1 else 0.0
+        if self.cell == "lstm":
+            self.rnn = nn.LSTM(self.hidden_size, self.hidden_size, self.num_layers, batch_first=True,
+                               dropout=rnn_dropout)
+        else:
+            self.rnn = nn.RNN(self.hidden_size, self.hidden_size, self.num_layers, nonlinearity="tanh",
+                              batch_first=True, dropout=rnn_dropout)
+        self.drop = nn.Dropout(self.dropout_p)
+        self.output = nn.Linear(self.hidden_size, self.vocab_size)
+        self.output.weight = self.embedding.weight  # weight tying
+        nn.init.uniform_(self.embedding.weight, -0.1, 0.1)
+        nn.init.zeros_(self.output.bias)
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, head={getattr(self.head, 'name', type(self.head).__name__)}"
+
+    @property
+    def device(self) -> torch.device:
+        return self.embedding.weight.device
+
+    # ---------------------------------------------------------------- training (teacher forcing)
+
+    def logits(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Raw output-layer scores ``[B, T, V]`` before the head (teacher forcing)."""
+        hidden, _ = self.rnn(self.drop(self.embedding(inputs)))
+        return self.output(self.drop(hidden))
+
+    def _apply_head(self, logits: torch.Tensor, context_mask: torch.Tensor | None) -> torch.Tensor:
+        # The head runs in float32 even under mixed-precision autocast (log-space ST/NMST math).
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            return self.head(logits.float(), context_mask)
+
+    def forward(self, inputs: torch.Tensor, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Next-token log-probabilities ``[B, T, V]`` for ``inputs[B, T]`` (position j predicts
+        token j+1), through the head with ``context_mask`` (True where the predicted token is a
+        context token: no eos mass there, and step t = 1 is the first False position; see
+        :class:`nmst_lib.data.Batch`). Trailing padding needs no mask: the RNN is causal."""
+        if inputs.dim() != 2:
+            raise ValueError(f"inputs must be LongTensor[B, T], got shape {tuple(inputs.shape)}")
+        return self._apply_head(self.logits(inputs), context_mask)
+
+    def token_nll(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sum of -log p(y_t | y_<t, x) over the continuation tokens of ``batch`` (eos included,
+        context and padding excluded) and their count (Choi, Cho, Lee (2023) eq. 3)."""
+        batch = batch.to(self.device)
+        log_probs = self(batch.inputs, batch.context_mask)
+        scored = batch.target_mask
+        picked = log_probs[scored].gather(-1, batch.targets[scored].unsqueeze(-1)).squeeze(-1)
+        return -picked.sum(), scored.sum()
+
+    def loss(self, batch) -> torch.Tensor:
+        """Training loss: mean negative log-likelihood over the continuation tokens of ``batch``
+        (eos included; context positions and padding carry no loss). Choi, Cho, Lee (2023) eq. 3;
+        Chapter 6 (06_wikitext)."""
+        total, count = self.token_nll(batch)
+        return total / count
+
+    # ------------------------------------------------------------------- decoding protocol
+
+    def _check_eval(self):
+        if self.training:
+            raise RuntimeError("call model.eval() before decoding: dropout would make the decoding random")
+
+    def _head_step(self, logits: torch.Tensor, head_state: torch.Tensor):
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            return self.head.step(logits.float(), head_state)
+
+    @torch.no_grad()
+    def initial_state(self, contexts: torch.Tensor):
+        """Decoding protocol (DESIGN.md): read the contexts ``[B, k]`` and return the state and
+        the log-probabilities of the first continuation token (step t = 1). Needs eval mode;
+        runs without gradients."""
+        self._check_eval()
+        if contexts.dim() != 2 or contexts.shape[1] < 1:
+            raise ValueError(f"contexts must be LongTensor[B, k] with k >= 1, got shape {tuple(contexts.shape)}")
+        contexts = contexts.to(self.device)
+        out, hidden = self.rnn(self.embedding(contexts))
+        logits = self.output(out[:, -1])
+        head_state = self.head.initial_step_state(contexts.shape[0], self.device)
+        log_probs, head_state = self._head_step(logits, head_state)
+        return RecurrentState(hidden, head_state), log_probs
+
+    @torch.no_grad()
+    def step(self, state: RecurrentState, tokens: torch.Tensor):
+        """Decoding protocol: feed ``tokens[B]`` and return the new state and next-token
+        log-probabilities ``[B, V]``."""
+        self._check_eval()
+        out, hidden = self.rnn(self.embedding(tokens.to(self.device)).unsqueeze(1), state.hidden)
+        log_probs, head_state = self._head_step(self.output(out[:, 0]), state.head)
+        return RecurrentState(hidden, head_state), log_probs
+
+    def select(self, state: RecurrentState, index: torch.Tensor) -> RecurrentState:
+        """Decoding protocol: rows ``index`` of the state (picked, reordered or repeated), for
+        the hidden state (both ``h`` and ``c`` of an LSTM, batch is dim 1) and the head state."""
+        index = index.to(self.device)
+        hidden = state.hidden
+        if isinstance(hidden, tuple):
+            hidden = tuple(h.index_select(1, index) for h in hidden)
+        else:
+            hidden = hidden.index_select(1, index)
+        return RecurrentState(hidden, state.head.index_select(0, index))
+
+
+class RNNLM(RecurrentLM):
+    """:class:`RecurrentLM` with an Elman tanh RNN (the "RNN" of Choi, Cho, Lee (2023) Sec. 4.1:
+    2 x 256, dropout 0.3). Chapter 6 (06_wikitext)."""
+
+    cell = "rnn"
+
+
+class LSTMLM(RecurrentLM):
+    """:class:`RecurrentLM` with an LSTM (the "LSTM" of Choi, Cho, Lee (2023) Sec. 4.1:
+    2 x 512, dropout 0.5). Chapter 6 (06_wikitext)."""
+
+    cell = "lstm"
+
+
+ARCHITECTURES = {"rnn": RNNLM, "lstm": LSTMLM}
+
+
+def build_model(arch: str, vocab_size: int, *, hidden: int, layers: int, dropout: float, head=None) -> RecurrentLM:
+    """The model named ``arch`` (``"rnn"`` or ``"lstm"``) with the given sizes and output layer
+    (Choi, Cho, Lee (2023) App. D; Chapter 6, 06_wikitext)."""
+    if not isinstance(arch, str) or arch.lower() not in ARCHITECTURES:
+        raise ValueError(f"unknown arch {arch!r}: choose one of {sorted(ARCHITECTURES)}")
+    return ARCHITECTURES[arch.lower()](vocab_size, hidden=hidden, layers=layers, dropout=dropout, head=head)
+
+
+# ------------------------------------------------------------------------------------ GPT-2
+
+
+class GPT2State(NamedTuple):
+    """Decoding state of :class:`GPT2LM`: the key/value cache (a ``transformers``
+    ``DynamicCache``; :meth:`GPT2LM.step` extends it in place, so a state is used once) and the
+    head's per-row state ``[B]``."""
+
+    cache: object
+    head: torch.Tensor
+
+
+class GPT2LM(nn.Module):
+    """GPT-2 (``transformers.GPT2LMHeadModel``) with an output layer from :mod:`nmst_lib.heads`:
+    the NMST paper's WikiText-103 model (Choi, Cho, Lee (2023) Sec. 4.2, App. D; Chapter 6,
+    06_wikitext). eos is ``<|endoftext|>`` = 50256, the last id, as the heads expect.
+
+    Build it with :meth:`from_pretrained` (``"gpt2"``; needs the hub or a local copy) or
+    :meth:`from_config` (a randomly initialised configuration, e.g. for tests). Implements the
+    decoding protocol with a key/value cache; ``select`` reorders every layer's cache and the
+    head state (the reference code's GPT-2 ST beam search did not reorder the eos state).
+    Teacher forcing: ``forward(input_ids, context_mask)``, ``token_nll(batch)``, ``loss(batch)``
+    as for :class:`RecurrentLM` (right padding needs no attention mask: attention is causal).
+    """
+
+    def __init__(self, model, head=None):
+        super().__init__()
+        self.model = model
+        self.head = _default_head() if head is None else head
+        self.vocab_size = int(model.config.vocab_size)
+        eos = getattr(model.config, "eos_token_id", None)
+        if eos != self.vocab_size - 1:
+            raise ValueError(f"GPT2LM needs eos as the last id ({self.vocab_size - 1}), the config says {eos}")
+        head_eos = int(getattr(self.head, "eos_id", -1))
+        if head_eos not in (-1, self.vocab_size - 1):
+            raise ValueError(f"the head's eos_id ({head_eos}) must be -1 or {self.vocab_size - 1}")
+        self.eos_id = self.vocab_size - 1
+        self.max_positions = int(model.config.n_positions)
+
+    @classmethod
+    def from_pretrained(cls, name: str = "gpt2", head=None, **kwargs) -> "GPT2LM":
+        """Pretrained GPT-2 weights (``transformers.GPT2LMHeadModel.from_pretrained``)."""
+        from transformers import GPT2LMHeadModel
+
+        return cls(GPT2LMHeadModel.from_pretrained(name, **kwargs), head)
+
+    @classmethod
+    def from_config(cls, head=None, **config_kwargs) -> "GPT2LM":
+        """A randomly initialised GPT-2 with ``transformers.GPT2Config(**config_kwargs)``."""
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        return cls(GPT2LMHeadModel(GPT2Config(**config_kwargs)), head)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+    def forward(self, inputs: torch.Tensor, context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Next-token log-probabilities ``[B, T, V]`` through the head (see :meth:`RecurrentLM.forward`)."""
+        if inputs.shape[1] > self.max_positions:
+            raise ValueError(f"GPT-2 reads at most {self.max_positions} positions, got {inputs.shape[1]}")
+        logits = self.model(input_ids=inputs, use_cache=False).logits
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            return self.head(logits.float(), context_mask)
+
+    token_nll = RecurrentLM.token_nll
+    loss = RecurrentLM.loss
+    _check_eval = RecurrentLM._check_eval
+    _head_step = RecurrentLM._head_step
+
+    @torch.no_grad()
+    def initial_state(self, contexts: torch.Tensor):
+        """Decoding protocol: read the contexts ``[B, k]`` (equal lengths, no padding), return the
+        cache + head state and the log-probabilities of step t = 1. Needs eval mode."""
+        self._check_eval()
+        contexts = contexts.to(self.device)
+        out = self.model(input_ids=contexts, use_cache=True)
+        head_state = self.head.initial_step_state(contexts.shape[0], self.device)
+        log_probs, head_state = self._head_step(out.logits[:, -1], head_state)
+        return GPT2State(out.past_key_values, head_state), log_probs
+
+    @torch.no_grad()
+    def step(self, state: GPT2State, tokens: torch.Tensor):
+        """Decoding protocol: feed ``tokens[B]``; raises ValueError past GPT-2's 1024 positions."""
+        self._check_eval()
+        if state.cache.get_seq_length() >= self.max_positions:
+            raise ValueError(f"GPT-2 attends to at most {self.max_positions} positions (context + continuation); "
+                             "decode with a smaller max_len")
+        out = self.model(input_ids=tokens.to(self.device)[:, None], past_key_values=state.cache, use_cache=True)
+        log_probs, head_state = self._head_step(out.logits[:, -1], state.head)
+        return GPT2State(out.past_key_values, head_state), log_probs
+
+    def select(self, state: GPT2State, index: torch.Tensor) -> GPT2State:
+        """Decoding protocol: rows ``index`` of every layer's keys and values, and of the head state."""
+        from transformers import DynamicCache
+
+        index = index.to(self.device)
+        layers = [(layer.keys.index_select(0, index), layer.values.index_select(0, index))
+                  for layer in state.cache.layers]
+        return GPT2State(DynamicCache(layers), state.head.index_select(0, index))

@@ -1,0 +1,305 @@
+"""Tests of nmst_lib.experiments: quick profile end to end (train -> decode -> result JSON with
+provenance), exact resumption after a kill, checksummed checkpoints, bad configs failing
+before training, and STALE detection in the results store (Chapter 6, 06_wikitext)."""
+
+import importlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from nmst_lib import data as D
+from nmst_lib.experiments import (
+    CURRENT,
+    MISSING,
+    STALE,
+    CheckpointError,
+    config_from_dict,
+    config_hash,
+    load_checkpoint,
+    load_or_run,
+    load_result,
+    make_config,
+    parse_decoder,
+    prepare_data,
+    result_path,
+    run_experiment,
+    suite_configs,
+    train,
+)
+from nmst_lib.experiments.config import ExperimentConfig, validate_config
+
+train_module = importlib.import_module("nmst_lib.experiments.train")  # the package's `train` is the function
+REPO = Path(__file__).resolve().parents[1]
+HAS_DATA = (D.default_wikitext_dir() / "valid.txt").is_file()
+needs_data = pytest.mark.skipif(not HAS_DATA, reason="shared WikiText-2 files not present")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models; also keeps the in-process and subprocess runs bitwise comparable
+    yield
+    torch.set_num_threads(before)
+
+
+def quick(head="nmst", eps=1e-2, **kw):
+    kw.setdefault("data_source", "local")
+    return make_config("quick", "lstm", head, eps, 0, **kw)
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """One quick end-to-end run (train, decode, write the JSON) shared by several tests."""
+    base = tmp_path_factory.mktemp("quick")
+    config = quick()
+    result = run_experiment(config, results_dir=base / "results", checkpoint_dir=base / "ckpt", progress=False)
+    return config, base, result
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory):
+    """An uninterrupted 3-epoch quick run: what every resumed run must reproduce."""
+    config = quick(max_epochs=3)
+    return config, train(config, checkpoint_dir=tmp_path_factory.mktemp("ref"), progress=False)
+
+
+# -------------------------------------------------------------------------------- configs
+
+
+def test_profiles_follow_the_paper_and_the_budget():
+    paper_rnn = make_config("paper", "rnn", "nmst", 1e-5)
+    paper_lstm = make_config("paper", "lstm", "va")
+    assert (paper_rnn.hidden, paper_rnn.layers, paper_rnn.dropout) == (256, 2, 0.3)
+    assert (paper_lstm.hidden, paper_lstm.dropout, paper_lstm.vocab_cap) == (512, 0.5, None)
+    assert (paper_lstm.lr, paper_lstm.betas, paper_lstm.weight_decay) == (1e-3, (0.9, 0.99), 0.01)
+    assert (paper_lstm.lr_decay, paper_lstm.patience, paper_lstm.max_epochs) == (0.5, 10, 70)
+    assert (paper_lstm.batch_size, paper_lstm.clip, paper_lstm.decode_max_len) == (32, 1.0, 100_000)
+    assert make_config("cpu").decode_max_len == 10_000
+    assert len(suite_configs("paper")) == 2 * 10 * (1 + 2 * 4)
+    cpu = suite_configs("cpu")
+    assert len({c.key for c in cpu}) == len(cpu) == 10
+    va = [c for c in cpu if c.head == "va"][0]
+    assert "consistent-top-2" in va.decoders and "beam-4" in va.decoders
+
+
+def test_config_hash_changes_with_every_field_and_round_trips():
+    base = quick()
+    assert config_hash(base) == config_hash(quick())
+    assert config_from_dict(json.loads(json.dumps(base.to_dict()))) == base
+    for change in ({"hidden": 40}, {"seed": 1}, {"decoders": ("greedy",)}, {"eps": 2e-2}, {"lr": 2e-3}):
+        assert config_hash(base.replace(**change)) != config_hash(base)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(arch="gru"), "arch"),
+    (dict(head="softmax2"), "head"),
+    (dict(head="nmst", eps=0.0), "eps"),
+    (dict(head="st", eps=1.5), "eps"),
+    (dict(head="st", eps=None), "needs eps"),
+    (dict(head="va", eps=1e-4), "eps applies"),
+    (dict(dropout=1.0), "dropout"),
+    (dict(decoders=("top-0",)), "k"),
+    (dict(decoders=("nucleus-1.5",)), "nucleus"),
+    (dict(decoders=("consistent-greedy",)), "consistent"),
+    (dict(decoders=("sampling",)), "unknown decoder"),
+    (dict(profile="gpu"), "profile"),
+])
+def test_bad_configs_are_rejected_with_what_to_change(kwargs, match):
+    fields = dict(profile="quick", arch="lstm", head="va", eps=None)
+    fields.update(kwargs)
+    with pytest.raises((ValueError, TypeError), match=match):
+        validate_config(ExperimentConfig(**fields))
+
+
+def test_bad_config_fails_before_any_data_or_training(monkeypatch, tmp_path):
+    def boom(*a, **k):
+        raise AssertionError("must not be reached")
+
+    monkeypatch.setattr(train_module, "prepare_data", boom)
+    monkeypatch.setattr(train_module, "_train_one_epoch", boom)
+    bad = ExperimentConfig(profile="quick", arch="lstm", head="nmst", eps=1.0)
+    with pytest.raises(ValueError, match="eps"):
+        train(bad, checkpoint_dir=tmp_path, progress=False)
+    assert not list(tmp_path.iterdir())
+
+
+def test_empty_data_fails_before_training(tmp_path, monkeypatch):
+    (tmp_path / "valid.txt").write_text(" = A = \n short line \n = B = \n tiny \n = C = \n x y \n")
+    (tmp_path / "test.txt").write_text(" = D = \n also short \n")
+    monkeypatch.setenv(D.ENV_DIR, str(tmp_path))
+    with pytest.raises(ValueError, match="no line longer than context_len"):
+        train(quick(data_source="auto"), checkpoint_dir=tmp_path / "ckpt", progress=False)
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_parse_decoder_names():
+    assert parse_decoder("consistent-nucleus-0.4").decode_kwargs() == {"consistent": True, "p": 0.4}
+    assert parse_decoder("beam-4").decode_kwargs() == {"beam_size": 4}
+    assert parse_decoder("top-2").sampling and not parse_decoder("greedy").sampling
+
+
+# ------------------------------------------------------------------------- end to end
+
+
+@needs_data
+def test_quick_profile_end_to_end_writes_a_result_with_provenance(stored):
+    config, base, result = stored
+    assert result.status == CURRENT
+    path = result_path(config, base / "results")
+    data = json.loads(path.read_text())
+    assert data["config"] == config.to_dict() and data["config_hash"] == config_hash(config)
+    assert data["profile"] == "quick"
+    # data description: the substitute is named, with article counts
+    desc = data["data"]
+    assert desc["substitute"] is not None and D.SUBSTITUTE_NAME in desc["splits"]["train"]
+    assert sum(desc["num_articles"].values()) > 100
+    assert desc["sequences"]["train"]["num_tokens"] <= config.max_train_tokens
+    assert desc["vocabulary"]["size"] == config.vocab_cap + 3
+    # metrics
+    m = data["metrics"]
+    assert math.isfinite(m["val_ppl"]) and math.isfinite(m["test_ppl"]) and 1 < m["val_ppl"] < 1e4
+    assert m["val_ppl"] == pytest.approx(min(h["val_ppl"] for h in m["history"]), rel=1e-6)
+    # decoding: one curve per decoder, consistent with its histogram
+    assert set(data["decoding"]) == set(config.decoders)
+    for name, dec in data["decoding"].items():
+        n = dec["num_contexts"]
+        assert n == config.num_decode_contexts and dec["max_len"] == config.decode_max_len
+        assert dec["L"][0] == 1 and dec["L"][-1] == config.decode_max_len
+        assert all(a >= b for a, b in zip(dec["rnt"], dec["rnt"][1:]))  # r_nt(L) is non-increasing
+        hist = dict(zip(dec["length_histogram"]["values"], dec["length_histogram"]["counts"]))
+        assert sum(hist.values()) + dec["not_terminated"] == n
+        for L, r in zip(dec["L"], dec["rnt"]):
+            assert r == pytest.approx((n - sum(c for v, c in hist.items() if v <= L)) / n)
+        assert dec["peak_memory"]["mib"] > 0
+    assert sum(data["data_length_histogram"]["counts"]) == config.num_decode_contexts
+    # eos probabilities along chosen validation lines
+    traces = data["eos_probabilities"]
+    assert len(traces) == config.num_eos_lines
+    for tr in traces:
+        assert len(tr["p_eos"]) == len(tr["continuation"]) and tr["continuation"][-1] == D.EOS
+        lb = [1 - (1 - config.eps) ** t for t in range(1, len(tr["p_eos"]) + 1)]
+        assert all(p >= b * (1 - 1e-5) for p, b in zip(tr["p_eos"], lb))  # NMST lower bound
+    # provenance
+    prov = data["provenance"]
+    for key in ("git_sha", "git_dirty", "torch", "device", "date_utc", "wall_seconds", "command", "python"):
+        assert key in prov
+    assert prov["torch"] == torch.__version__ and prov["wall_seconds"] > 0
+    assert data["seeds"]["torch"] == config.seed
+
+
+@needs_data
+def test_load_result_reports_current_stale_and_missing(stored):
+    config, base, _ = stored
+    results = base / "results"
+    assert load_result(config, results).status == CURRENT
+    changed = config.replace(hidden=48)  # same key (file), different config: the stored file is STALE
+    found = load_result(changed, results)
+    assert found.status == STALE and "hidden" in found.message and not found.is_current
+    assert load_or_run(changed, results_dir=results, run=False).status == STALE
+    assert load_result(config.replace(seed=7), results).status == MISSING
+    # a tampered hash is STALE too, never current
+    path = result_path(config, results)
+    data = json.loads(path.read_text())
+    data["config_hash"] = "0" * 16
+    tampered = base / "tampered"
+    (tampered / "wikitext2").mkdir(parents=True)
+    (tampered / "wikitext2" / path.name).write_text(json.dumps(data))
+    assert load_result(config, tampered).status == STALE
+
+
+@needs_data
+def test_load_or_run_returns_the_current_result_without_training(stored, monkeypatch):
+    config, base, _ = stored
+    monkeypatch.setattr("nmst_lib.experiments.runs.run_experiment", lambda *a, **k: pytest.fail("re-ran"))
+    assert load_or_run(config, results_dir=base / "results").status == CURRENT
+
+
+@needs_data
+def test_corrupted_or_truncated_checkpoint_is_a_clear_error(stored, tmp_path):
+    config, base, _ = stored
+    good = (base / "ckpt" / f"{config.key}.pt").read_bytes()
+    assert load_checkpoint(base / "ckpt" / f"{config.key}.pt")["progress"]["finished"]
+    ckpt = tmp_path / f"{config.key}.pt"
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0xFF
+    for damaged in (good[: len(good) // 2], b"not a checkpoint", bytes(flipped)):
+        ckpt.write_bytes(damaged)
+        with pytest.raises(CheckpointError, match="corrupted|truncated|not an nmst_lib checkpoint"):
+            load_checkpoint(ckpt)
+    with pytest.raises(CheckpointError, match="corrupted"):  # never silently used by a resumed run
+        train(config, checkpoint_dir=tmp_path, resume=True, progress=False)
+
+
+@needs_data
+def test_resume_rejects_a_checkpoint_of_another_config_or_vocabulary(stored, monkeypatch):
+    config, base, _ = stored
+    ckpt_dir = base / "ckpt"
+    before = (ckpt_dir / f"{config.key}.pt").read_bytes()
+    monkeypatch.setattr(train_module, "_train_one_epoch", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(CheckpointError, match="different config.*hidden"):
+        train(config.replace(hidden=40), checkpoint_dir=ckpt_dir, resume=True, progress=False)
+    other_corpus = D.load_wikitext2("local", substitute_seed=5)  # same config, other data -> other vocabulary
+    other = prepare_data(config, corpus=other_corpus)
+    with pytest.raises(CheckpointError, match="vocabulary mismatch"):
+        train(config, checkpoint_dir=ckpt_dir, resume=True, data=other, progress=False)
+    assert (ckpt_dir / f"{config.key}.pt").read_bytes() == before
+    # decoding settings do not touch the weights: the same checkpoint serves other decoders
+    run = train(config.replace(decoders=("greedy",)), checkpoint_dir=ckpt_dir, resume=True, progress=False)
+    assert run.resumed_from is not None
+
+
+# ------------------------------------------------------------------------------- resumption
+
+
+@needs_data
+def test_interrupted_run_resumes_from_the_epoch_checkpoint_to_the_same_result(reference_run, tmp_path):
+    config, reference = reference_run
+
+    def interrupt(msg):
+        if msg.startswith("[step] epoch 2 batch 3/"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(config, checkpoint_dir=tmp_path, progress=False, log=interrupt, log_steps=True)
+    assert load_checkpoint(tmp_path / f"{config.key}.pt")["progress"]["epoch"] == 1
+    resumed = train(config, checkpoint_dir=tmp_path, resume=True, progress=False)
+    assert resumed.resumed_from == {"epoch": 1, "step": 0}
+    assert resumed.val_ppl == reference.val_ppl
+    assert resumed.test_ppl == reference.test_ppl
+    assert [h["val_ppl"] for h in resumed.history] == [h["val_ppl"] for h in reference.history]
+
+
+@needs_data
+def test_killed_cli_training_resumes_mid_epoch_to_the_same_result(reference_run, tmp_path):
+    """SIGKILL a `python -m nmst_lib train` subprocess in the middle of epoch 2, resume, and
+    compare with the uninterrupted run."""
+    config, reference = reference_run
+    cmd = [sys.executable, "-m", "nmst_lib", "train", "--profile", "quick", "--arch", "lstm", "--head", "nmst",
+           "--eps", "0.01", "--set", "max_epochs=3", "--set", 'data_source="local"', "--threads", "1",
+           "--checkpoint-dir", str(tmp_path), "--checkpoint-every", "2", "--log-steps", "--no-progress"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("[step] epoch 2 batch 3/"):
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.stdout.close()
+        proc.wait(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
+    ckpt = load_checkpoint(tmp_path / f"{config.key}.pt")
+    assert not ckpt["progress"]["finished"]
+    resumed = train(config, checkpoint_dir=tmp_path, resume=True, progress=False)
+    assert resumed.resumed_from["epoch"] == 1 and resumed.resumed_from["step"] >= 2  # mid-epoch
+    assert resumed.val_ppl == reference.val_ppl
+    assert resumed.test_ppl == reference.test_ppl
