@@ -5,7 +5,13 @@
    In reStructuredText ``|y|`` is a substitution reference and breaks a ``-W`` build, so
    before autodoc parses a docstring, such absolute-value bars outside inline literals are
    escaped; the text renders as written.
-2. **Inline scripts added twice.** Sphinx 7.4 registers an inline script that an extension
+2. **"word: text" on the first line of an attribute docstring.** napoleon reads the first
+   line of an attribute, property or constant docstring as ``type: description`` (Google
+   style). Here types come from annotations, and a first line such as
+   ``k: the number of context tokens`` is prose, which napoleon would turn into a broken
+   cross-reference to a class ``k``. An empty RST comment line is put in front of such a
+   docstring before napoleon sees it; it renders as nothing.
+3. **Inline scripts added twice.** Sphinx 7.4 registers an inline script that an extension
    adds after the builder starts (sphinx-thebe's ``const THEBE_JS_URL = ...``,
    sphinx-togglebutton's selector) both directly and through its registry, so every page
    declared ``const THEBE_JS_URL`` twice: a JavaScript SyntaxError in the console. Identical
@@ -30,8 +36,19 @@ def escape_bars(line: str) -> str:
     return "".join(parts)
 
 
+_COLON = re.compile(r"(?<!:):(?!:)")
+
+
+def _has_prose_colon(line: str) -> bool:
+    """A single colon outside inline literals (what napoleon would split a type off at)."""
+    return any(_COLON.search(part) for part in _LITERAL.split(line)[::2])
+
+
 def _process_docstring(app, what, name, obj, options, lines):
     lines[:] = [escape_bars(line) for line in lines]
+    first = next((line for line in lines if line.strip()), "")
+    if what in ("attribute", "property", "data") and _has_prose_colon(first):
+        lines[:0] = ["..", ""]  # an empty comment: napoleon finds no "type:" on the first line
 
 
 def _script_key(script):
@@ -53,6 +70,6 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
 
 
 def setup(app):
-    app.connect("autodoc-process-docstring", _process_docstring)
+    app.connect("autodoc-process-docstring", _process_docstring, priority=400)  # before napoleon (500)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
