@@ -31,7 +31,8 @@ def seed_everything(seed: int = 0) -> int:
 
     Chapters that need several independent streams should still pass explicit
     ``torch.Generator`` objects to the library; this only makes a whole notebook
-    reproducible run to run. Returns the seed (a non-negative integer).
+    reproducible run to run. Returns the seed (a non-negative integer). Used by
+    :func:`setup_notebook` in every chapter (Chapter 1, ``01_decoding``, onwards).
     """
     seed = check_positive_int(seed, "seed", minimum=0)
     random.seed(seed)
@@ -43,7 +44,8 @@ def seed_everything(seed: int = 0) -> int:
 def pick_device() -> torch.device:
     """``cuda`` when a GPU is available (Colab with a GPU runtime), else ``cpu``.
 
-    The library runs the same code path on both; only speed differs.
+    The library runs the same code path on both; only speed differs. Used by
+    :func:`setup_notebook` in every chapter (Chapter 1, ``01_decoding``, onwards).
     """
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

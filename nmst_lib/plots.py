@@ -62,7 +62,8 @@ class Palette(tuple):
     """An ordered tuple of colours that can also be indexed by name: ``COLORS[0]`` or ``COLORS["blue"]``.
 
     Iterating or indexing by position gives the colours in the order the book cycles through
-    them; the dict ``names`` maps each name to its colour.
+    them; the dict ``names`` maps each name to its colour. Every chapter's figures use
+    :data:`COLORS` (Chapter 1, ``01_decoding``, onwards).
     """
 
     def __new__(cls, named: Mapping[str, str]):
@@ -397,7 +398,7 @@ class Control:
     ``values`` are passed to the drawing function under ``name``; ``label`` is shown next to the
     control; ``initial`` is the index shown first; ``shown`` (optional, one string per value)
     is what the reader sees for each value (default: the value, numbers written compactly).
-    Used by :func:`explorer_html`.
+    Used by :func:`explorer_html` (Chapters 2 and 4-6).
     """
 
     name: str
@@ -505,7 +506,8 @@ def explorer_html(
     interactive without a kernel"). Returns an ``IPython.display.HTML`` object.
 
     Keep ``len(frames)`` = the product of the number of values modest (tens): every frame is
-    embedded in the page.
+    embedded in the page. Behind :func:`eos_explorer_html` (Chapters 4-5) and
+    :func:`rnt_explorer_html` (Chapters 2 and 6).
     """
     from IPython.display import HTML
 
