@@ -305,7 +305,12 @@ class DataDescription:
 
     @classmethod
     def from_dict(cls, d: dict) -> "DataDescription":
-        return cls(**d)
+        """Inverse of :meth:`to_dict` (extra keys added by results, e.g. ``sequences``, are kept in ``extra``)."""
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        extra = {k: v for k, v in d.items() if k not in cls.__dataclass_fields__}
+        desc = cls(**known)
+        desc.extra.update(extra)
+        return desc
 
     def summary(self) -> str:
         """One line for a page or a log: which data, how many training tokens."""
@@ -323,6 +328,7 @@ class Corpus:
     description: DataDescription
 
     def split(self, name: str) -> list[str]:
+        """The lines of split ``name`` (``train``, ``valid`` or ``test``)."""
         if name not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
         return getattr(self, name)
@@ -563,27 +569,33 @@ class Batch:
 
     @property
     def inputs(self) -> torch.Tensor:
+        """What the model reads: ``tokens[:, :-1]``."""
         return self.tokens[:, :-1]
 
     @property
     def targets(self) -> torch.Tensor:
+        """What position j predicts: ``tokens[:, 1:]``."""
         return self.tokens[:, 1:]
 
     @property
     def context_mask(self) -> torch.Tensor:
+        """``[B, T-1]`` bool, True where the predicted token is a context token (j < k - 1)."""
         positions = torch.arange(self.tokens.shape[1] - 1, device=self.tokens.device)
         return (positions < self.context_len - 1).expand(self.tokens.shape[0], -1)
 
     @property
     def target_mask(self) -> torch.Tensor:
+        """``[B, T-1]`` bool, True where the prediction is scored: continuation tokens and eos."""
         positions = torch.arange(self.tokens.shape[1] - 1, device=self.tokens.device)
         return (positions >= self.context_len - 1) & (positions < self.lengths.to(positions.device)[:, None] - 1)
 
     @property
     def num_target_tokens(self) -> int:
+        """Number of scored predictions (continuation tokens including eos)."""
         return int((self.lengths - self.context_len).sum())
 
     def to(self, device) -> "Batch":
+        """The batch on ``device``."""
         return Batch(self.tokens.to(device, non_blocking=True), self.lengths.to(device), self.context_len)
 
 
@@ -711,6 +723,7 @@ class TokenizerVocabulary:
 
     @property
     def fingerprint(self) -> str:
+        """Identifies the tokenizer (class, size, eos) for checkpoint/data checks."""
         return hashlib.sha256(f"{type(self.tokenizer).__name__}:{len(self)}:{self.eos_id}".encode()).hexdigest()
 
     def decode(self, ids) -> list[str]:

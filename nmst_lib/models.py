@@ -93,6 +93,7 @@ class RecurrentLM(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """Where the parameters live (inputs are moved here)."""
         return self.embedding.weight.device
 
     # ---------------------------------------------------------------- training (teacher forcing)
@@ -258,6 +259,7 @@ class GPT2LM(nn.Module):
 
     @property
     def device(self) -> torch.device:
+        """Where the parameters live (inputs are moved here)."""
         return self.model.lm_head.weight.device
 
     def forward(self, inputs: torch.Tensor, context_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -130,6 +130,7 @@ def environment_info(device: torch.device | str | None = None) -> dict:
 
 
 def utc_now() -> str:
+    """The current UTC time, ISO 8601 to the second."""
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
@@ -157,6 +158,7 @@ class StoredResult:
 
     @property
     def is_current(self) -> bool:
+        """True only for status CURRENT."""
         return self.status == CURRENT
 
     def __repr__(self) -> str:
