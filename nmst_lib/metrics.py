@@ -155,6 +155,7 @@ def perplexity(log_probs: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
     if int(scored.min()) < 0 or int(scored.max()) >= vocab:
         raise ValueError(f"targets at scored positions must be token ids in [0, {vocab})")
     safe = torch.where(mask, targets, torch.zeros_like(targets)).to(log_probs.device)
-    target_lp = log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    # A metric, not a loss: no graph is kept (float() of a grad-requiring tensor warns).
+    target_lp = log_probs.detach().gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     target_lp = target_lp[mask.to(log_probs.device)].double()
     return float(torch.exp(-target_lp.sum() / n))

@@ -201,3 +201,17 @@ def test_perplexity_rejects_bad_input():
         perplexity(lp, targets.double(), mask)
     with pytest.raises(ValueError, match="token ids"):
         perplexity(lp, targets + 4, mask)
+
+
+def test_perplexity_of_grad_requiring_log_probs_is_a_plain_float_without_warning():
+    import warnings
+
+    logits = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    targets = torch.randint(0, 5, (2, 3))
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = perplexity(log_probs, targets, mask)
+    expected = torch.exp(-log_probs.detach().gather(-1, targets.unsqueeze(-1)).mean()).item()
+    assert isinstance(value, float) and abs(value - expected) < 1e-12 * expected
