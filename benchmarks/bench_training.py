@@ -34,30 +34,28 @@ from nmst_lib.models import build_model  # noqa: E402
 HEADS = (("va", None), ("st", 1e-4), ("nmst", 1e-4))
 
 
-def matmul_ceiling(device, n: int = 1024, repeats: int = 10) -> float:
-    """Best float32 FLOP/s of an n x n x n matrix multiply on ``device``."""
-    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+def _best_matmul_flops(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
+    """Best FLOP/s of ``a @ b`` over ``repeats`` timed runs."""
+    flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
     best = 0.0
     for _ in range(repeats):
-        _sync(device)
+        _sync(a.device)
         t = time.perf_counter()
         a @ b
-        _sync(device)
-        best = max(best, 2 * n**3 / (time.perf_counter() - t))
+        _sync(a.device)
+        best = max(best, flops / (time.perf_counter() - t))
     return best
+
+
+def matmul_ceiling(device, n: int = 1024, repeats: int = 10) -> float:
+    """Best float32 FLOP/s of an n x n x n matrix multiply on ``device``."""
+    return _best_matmul_flops(torch.randn(n, n, device=device), torch.randn(n, n, device=device), repeats)
 
 
 def output_layer_ceiling(device, rows: int, hidden: int, vocab: int, repeats: int = 5) -> float:
     """Best FLOP/s of the output projection's shape, [rows, hidden] @ [hidden, vocab]."""
-    a, b = torch.randn(rows, hidden, device=device), torch.randn(hidden, vocab, device=device)
-    best = 0.0
-    for _ in range(repeats):
-        _sync(device)
-        t = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = max(best, 2 * rows * hidden * vocab / (time.perf_counter() - t))
-    return best
+    return _best_matmul_flops(torch.randn(rows, hidden, device=device), torch.randn(hidden, vocab, device=device),
+                              repeats)
 
 
 def _sync(device):
