@@ -137,12 +137,100 @@ def _with_eos(mask: torch.Tensor, eos_id: int | None) -> torch.Tensor:
 
 
 def _top_k_mask(log_probs: torch.Tensor, k: int) -> torch.Tensor:
-    """Exactly ``k`` most probable tokens per row; ties go to the smaller token id."""
+    """Exactly ``k`` most probable tokens per row; ties go to the smaller token id.
+
+    The reference rule, over the whole vocabulary (a pass and a cumulative sum per row);
+    :func:`_top_k_ids` gets the same set from ``topk`` alone unless a tie straddles the
+    k-th place, and falls back to this rule for those rows."""
     kth_value = log_probs.topk(k, dim=-1).values[..., -1:]
     above = log_probs > kth_value
     tied = log_probs == kth_value
     still_needed = k - above.sum(dim=-1, keepdim=True)
     return above | (tied & (tied.cumsum(dim=-1) <= still_needed))
+
+
+def _top_k_ids(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Token ids ``[n, k]`` (increasing) of the set :func:`_top_k_mask` keeps in each row of
+    ``scores [n, V]``.
+
+    ``topk(k + 1)`` decides every row whose k-th and (k+1)-th values differ: the k largest
+    are then the same set whatever order ``topk`` gives to ties. Rows where they are equal
+    (a tie across the boundary, e.g. several ``-inf``) use the reference rule."""
+    n, vocab_size = scores.shape
+    if k >= vocab_size:
+        return torch.arange(vocab_size, device=scores.device).expand(n, vocab_size)
+    values, ids = scores.topk(k + 1, dim=-1)
+    ids = ids[:, :k]
+    straddles = values[:, k - 1] == values[:, k]
+    if bool(straddles.any()):
+        rows = straddles.nonzero().squeeze(1)
+        ids = ids.clone()
+        ids[rows] = _top_k_mask(scores[rows], k).nonzero()[:, 1].view(-1, k)
+    return ids.sort(dim=-1).values
+
+
+_NUCLEUS_WIDTHS = (64, 1024)
+"""Prefilter widths of :func:`_nucleus_sets`: the nucleus is looked for among the 64 most
+probable tokens, then 1,024, then the whole vocabulary (sorted)."""
+
+
+def _nucleus_sets(log_probs: torch.Tensor, p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The nucleus of each row of ``log_probs [n, V]`` as ``(ids [n, W], kept [n, W])``: row
+    i's set is ``ids[i][kept[i]]``; exactly the set of :func:`_nucleus_mask`.
+
+    The nucleus is the m most probable tokens (ties: smaller id first), where m counts the
+    ranks whose preceding mass is below p; m depends on the sorted values only. Among the
+    top W values (``topk``) a row is decided when m < W and the m-th and (m+1)-th values
+    differ (no tie across the boundary): its set is then the first m ids of ``topk``
+    whatever order ties among them got. Undecided rows move on to a wider W (skipped when
+    no row can fit in it: beyond the top W each token has at most the W-th probability),
+    and finally to a stable sort of the whole row. The cumulative mass is a ``logcumsumexp`` over
+    the sorted values in every case."""
+    n, vocab_size = log_probs.shape
+    log_p = math.log(p)
+    ids = torch.empty((n, 0), dtype=torch.long, device=log_probs.device)
+    kept = torch.empty((n, 0), dtype=torch.bool, device=log_probs.device)
+    pending = torch.arange(n, device=log_probs.device)
+    widths = [w for w in _NUCLEUS_WIDTHS if w < vocab_size] + [vocab_size]
+    fewest_needed = 0.0  # a lower bound on the smallest nucleus among the pending rows
+    for width in widths:
+        if width < vocab_size and fewest_needed >= width:
+            continue  # no pending row's nucleus fits: skip this prefilter
+        rows = log_probs[pending]
+        if width < vocab_size:
+            values, order = rows.topk(width, dim=-1)
+        else:
+            values, order = torch.sort(rows, dim=-1, descending=True, stable=True)
+        mass_before = torch.logcumsumexp(values, dim=-1).roll(1, dims=-1)
+        mass_before[:, 0] = _NEG_INF  # nothing precedes the most probable token
+        keep = mass_before < log_p
+        if width < vocab_size:
+            m = keep.sum(dim=-1, keepdim=True)
+            inside = m < width
+            last = values.gather(1, (m - 1).clamp(min=0))
+            following = values.gather(1, m.clamp(max=width - 1))
+            decided = (inside & (last != following)).squeeze(1)
+        else:
+            decided = torch.ones(pending.numel(), dtype=torch.bool, device=log_probs.device)
+        if ids.shape[1] < width:  # widen the output, padding with not-kept slots
+            pad = width - ids.shape[1]
+            ids = torch.cat([ids, ids.new_zeros((n, pad))], dim=1)
+            kept = torch.cat([kept, kept.new_zeros((n, pad))], dim=1)
+        done = pending[decided]
+        ids[done, :width] = order[decided]
+        kept[done, :width] = keep[decided]
+        pending = pending[~decided]
+        if pending.numel() == 0:
+            break
+        if width < vocab_size:
+            # Each token beyond the first `width` has probability <= the width-th one, so a
+            # row needs at least width + (p - mass of the first width) / p_width tokens.
+            values = values[~decided].double()
+            missing = p - torch.logsumexp(values, dim=-1).exp()
+            fewest_needed = float((width + missing / values[:, -1].exp()).min())
+    # Kept slots are a prefix of each row: drop the columns no row keeps.
+    width = int(kept.sum(dim=1).max()) if n else 0
+    return ids[:, :width], kept[:, :width]
 
 
 def _nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
@@ -151,11 +239,16 @@ def _nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
         # The smallest set of mass 1 is the support; a cumulative sum could round just
         # below 1 and drop tokens of tiny but positive probability.
         return log_probs > _NEG_INF
-    sorted_log_probs, order = torch.sort(log_probs, dim=-1, descending=True, stable=True)
-    log_mass_before = torch.logcumsumexp(sorted_log_probs, dim=-1).roll(1, dims=-1)
-    log_mass_before[..., 0] = _NEG_INF  # nothing precedes the most probable token
-    keep_sorted = log_mass_before < math.log(p)
-    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    rows = log_probs.reshape(-1, log_probs.shape[-1])
+    ids, kept = _nucleus_sets(rows, p)
+    return _scatter_kept(rows.shape, ids, kept).view(log_probs.shape)
+
+
+def _scatter_kept(shape, ids: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """Boolean mask of ``shape [n, V]`` that is True at ``ids[i][kept[i]]`` in row i."""
+    mask = torch.zeros(shape, dtype=torch.int8, device=ids.device)
+    mask.scatter_add_(1, ids, kept.to(torch.int8))
+    return mask > 0
 
 
 def top_k_mask(log_probs: torch.Tensor, k: int, eos_id: int | None = None) -> torch.Tensor:
@@ -398,19 +491,45 @@ def _score_dtype(log_probs: torch.Tensor) -> torch.dtype:
     return torch.promote_types(log_probs.dtype, torch.float32)
 
 
+def _sample_among(log_probs: torch.Tensor, ids: torch.Tensor, kept: torch.Tensor | None, eos_id: int | None,
+                  generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row from ``log_probs [n, V]`` restricted to the candidates ``ids[kept]``
+    (all of ``ids`` when ``kept`` is None), plus eos when ``eos_id`` is given (consistent
+    sampling). Equal in distribution to racing over the masked vocabulary, but the race
+    (and its noise) covers only the candidates."""
+    candidates = log_probs.gather(1, ids)
+    if kept is not None:
+        candidates = candidates.masked_fill(~kept, _NEG_INF)
+    # One extra column for eos, present (at -inf) also when eos is not added, so that plain
+    # and consistent sampling use the same noise and agree wherever their sets agree.
+    if eos_id is None:
+        extra_id, extra = 0, torch.full_like(candidates[:, :1], _NEG_INF)
+    else:
+        eos_in = ids == eos_id
+        if kept is not None:
+            eos_in &= kept
+        extra_id = eos_id
+        extra = log_probs[:, eos_id:eos_id + 1].to(candidates.dtype).masked_fill(eos_in.any(dim=1, keepdim=True), _NEG_INF)
+    ids = torch.cat([ids, torch.full_like(ids[:, :1], extra_id)], dim=1)
+    candidates = torch.cat([candidates, extra], dim=1)
+    return ids.gather(1, _sample(candidates, generator)[:, None]).squeeze(1)
+
+
 def _token_chooser(method: str, k, p, eos_id, generator):
-    """The per-step rule ``log_probs [n, V] -> tokens [n]`` of a single-pass decoder."""
+    """The per-step rule ``log_probs [n, V] -> tokens [n]`` of a single-pass decoder.
+
+    Top-k and nucleus sampling find their candidate sets with ``topk`` prefilters
+    (:func:`_top_k_ids`, :func:`_nucleus_sets`: the same sets as :func:`top_k_mask` and
+    :func:`nucleus_mask`) and race over the candidates only, so a step costs O(V) for the
+    prefilter instead of a sort and a vocabulary-wide draw."""
     if method == "greedy":
         return lambda log_probs: log_probs.argmax(dim=-1)  # first maximum: smallest id
-    if method == "ancestral":
+    if method == "ancestral" or (method == "nucleus" and p == 1.0):
+        # The nucleus of mass 1 is the support: ancestral sampling (eos is in it or has p = 0).
         return lambda log_probs: _sample(log_probs, generator)
     if method == "top-k":
-        candidates = lambda log_probs: _with_eos(_top_k_mask(log_probs, k), eos_id)  # noqa: E731
-    else:
-        candidates = lambda log_probs: _with_eos(_nucleus_mask(log_probs, p), eos_id)  # noqa: E731
-    # Sampling from the masked, unnormalised log-probs equals sampling from
-    # restrict_log_probs(log_probs, mask): the race is invariant to a constant shift.
-    return lambda log_probs: _sample(log_probs.masked_fill(~candidates(log_probs), _NEG_INF), generator)
+        return lambda log_probs: _sample_among(log_probs, _top_k_ids(log_probs, k), None, eos_id, generator)
+    return lambda log_probs: _sample_among(log_probs, *_nucleus_sets(log_probs, p), eos_id, generator)
 
 
 def _decode_token_by_token(model, contexts, choose, max_len: int, vocab_size: int, eos_id: int):
@@ -497,7 +616,7 @@ def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int,
         n_active, n_rows = active.numel(), row_slot.numel()
         # 1. Each row's best expansions (the global best are among them).
         expansion_scores = row_score[:, None] + log_probs.to(dtype)
-        row_tokens = _top_k_mask(expansion_scores, per_row).nonzero()[:, 1].view(n_rows, per_row)
+        row_tokens = _top_k_ids(expansion_scores, per_row)  # increasing ids
         row_token_scores = expansion_scores.gather(1, row_tokens)
         # 2. Lay them out per context as [slot, rank, j]; missing ranks are padding.
         grid_scores = torch.full((n_active, width, per_row), _NEG_INF, dtype=dtype, device=device)

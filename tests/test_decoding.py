@@ -449,6 +449,93 @@ def test_nucleus_mask_is_the_smallest_most_probable_set_of_mass_at_least_p(log_p
     assert torch.equal(nucleus_mask(log_probs, p, eos_id=eos), expected)
 
 
+# Large vocabularies: the decoders find candidate sets with topk prefilters (64, then 1,024
+# tokens, then a full sort); these tests pin them to the full-vocabulary rules.
+
+
+def full_sort_nucleus_mask(log_probs: torch.Tensor, p: float) -> torch.Tensor:
+    """The definition, over the whole vocabulary: a stable descending sort, then keep a token
+    while the mass ranked before it is below p."""
+    ordered, order = torch.sort(log_probs, dim=-1, descending=True, stable=True)
+    before = torch.logcumsumexp(ordered, dim=-1).roll(1, dims=-1)
+    before[..., 0] = -INF
+    return torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before < math.log(p))
+
+
+def large_vocabulary_rows(seed: int, rows: int, vocab_size: int, temperature: float, quantum: float | None,
+                          zeros: bool) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab_size, generator=g, dtype=torch.float64) / temperature
+    if quantum is not None:  # many exact ties
+        logits = (logits / quantum).round() * quantum
+    if zeros:
+        logits = logits.masked_fill(torch.rand(rows, vocab_size, generator=g) < 0.5, -INF)
+        logits[:, 0] = 0.0
+    return torch.log_softmax(logits, dim=-1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), vocab_size=st.integers(65, 3000), temperature=st.sampled_from([0.1, 0.5, 2.0, 50.0]),
+       quantum=st.sampled_from([None, 0.5, 2.0]), zeros=st.booleans(), p=st.sampled_from([0.05, 0.2, 0.5, 0.9, 0.999]),
+       k=st.integers(1, 70), dtype=st.sampled_from([torch.float64, torch.float32]))
+def test_prefiltered_candidate_sets_equal_the_full_vocabulary_rules(seed, vocab_size, temperature, quantum, zeros, p, k,
+                                                                   dtype):
+    from nmst_lib.decoding import _nucleus_sets, _top_k_ids, _top_k_mask
+
+    log_probs = large_vocabulary_rows(seed, 6, vocab_size, temperature, quantum, zeros).to(dtype)
+    assert torch.equal(nucleus_mask(log_probs, p), full_sort_nucleus_mask(log_probs, p))
+    ids, kept = _nucleus_sets(log_probs, p)
+    prefix = torch.arange(kept.shape[1]) < kept.sum(dim=1, keepdim=True)
+    assert torch.equal(kept, prefix) and bool(kept[:, -1].any())  # kept slots: a prefix, no empty column
+    k = min(k, vocab_size)
+    assert torch.equal(_top_k_ids(log_probs, k), _top_k_mask(log_probs, k).nonzero()[:, 1].view(6, k))
+
+
+@pytest.mark.parametrize("vocab_size, p, size", [(100, 0.305, 31), (3000, 0.1005, 302), (3000, 0.9005, 2702)])
+def test_nucleus_keeps_the_smallest_ids_when_a_tie_straddles_every_prefilter(vocab_size, p, size):
+    # Uniform rows: every rank is a tie, so topk's order among ties must not matter; the
+    # sizes fall inside the first prefilter (31 < 64), the second (302 < 1024) and neither.
+    log_probs = torch.full((3, vocab_size), -math.log(vocab_size), dtype=torch.float64)
+    expected = torch.zeros(3, vocab_size, dtype=torch.bool)
+    expected[:, :size] = True
+    assert torch.equal(nucleus_mask(log_probs, p), expected)
+
+
+def test_top_k_ids_keeps_the_smallest_ids_on_ties_and_minus_infinity():
+    from nmst_lib.decoding import _top_k_ids
+
+    log_probs = torch.tensor([[-1.0, -2.0, -1.0, -1.0, -3.0], [0.0, -INF, -INF, -INF, -INF]])
+    assert _top_k_ids(log_probs, 2).tolist() == [[0, 2], [0, 1]]
+    assert _top_k_ids(log_probs, 5).tolist() == [[0, 1, 2, 3, 4]] * 2
+
+
+def large_vocabulary_model(vocab_size=300, decay=0.02, seed=3):
+    """Every row: probabilities decaying as exp(-decay * rank) over a random order of the ids."""
+    g = torch.Generator().manual_seed(seed)
+    rank = torch.randperm(vocab_size, generator=g).double()
+    row = torch.log_softmax(-decay * rank, dim=0)
+    return MarkovLM(row.expand(vocab_size, vocab_size).clone()), row.exp().tolist()
+
+
+@pytest.mark.parametrize("method, kwargs, rule, sizes", [
+    ("nucleus", dict(p=0.8), lambda row: nucleus_set(row, 0.8), (65, 1024)),  # 80 tokens: the second prefilter
+    ("nucleus", dict(p=0.3), lambda row: nucleus_set(row, 0.3), (1, 63)),  # 18 tokens: the first
+    ("nucleus", dict(p=0.8, consistent=True), lambda row: nucleus_set(row, 0.8, 299), (66, 1025)),
+    ("top-k", dict(k=100), lambda row: top_k_set(row, 100), (100, 100)),
+    ("top-k", dict(k=100, consistent=True), lambda row: top_k_set(row, 100, 299), (101, 101)),
+])
+def test_large_vocabulary_samplers_draw_from_the_renormalised_candidate_set(method, kwargs, rule, sizes):
+    model, row = large_vocabulary_model()  # eos = 299 has rank 210: outside every plain set here
+    chosen = rule(row)
+    assert sizes[0] <= len(chosen) <= sizes[1] and (299 in chosen) == kwargs.get("consistent", False)
+    n = 60_000
+    gen = decode(model, torch.zeros(n, 1, dtype=torch.long), method, max_len=1,
+                 generator=torch.Generator().manual_seed(7), **kwargs)
+    mass = sum(row[v] for v in chosen)
+    expected = {(v,): row[v] / mass for v in chosen}
+    assert_counts_match(Counter(tuple(s) for s in gen.to_lists()), expected, n)
+
+
 @settings(max_examples=100, deadline=None)
 @given(log_probs=probability_rows(), data=st.data())
 def test_restrict_log_probs_renormalises_over_the_mask(log_probs, data):
