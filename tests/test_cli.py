@@ -64,7 +64,7 @@ def test_decode_without_a_checkpoint_says_to_train_first(tmp_path, capsys):
 def test_run_suite_dry_run_and_report_list_the_suite(tmp_path, capsys):
     assert cli.main(["run-suite", "--profile", "cpu", "--dry-run", "--out", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 5 and all("MISSING" in line for line in lines)
+    assert len(lines) == 30 and all("MISSING" in line for line in lines)
     assert cli.main(["report", "--profile", "quick", "--out", str(tmp_path)]) == 0
     assert "MISSING" in capsys.readouterr().out
 

@@ -84,9 +84,13 @@ def test_profiles_follow_the_paper_and_the_budget():
     assert make_config("cpu").decode_max_len == 10_000
     assert len(suite_configs("paper")) == 2 * 10 * (1 + 2 * 4)
     cpu = suite_configs("cpu")
-    assert len({c.key for c in cpu}) == len(cpu) == 5
-    va = [c for c in cpu if c.head == "va"][0]
+    assert len({c.key for c in cpu}) == len(cpu) == 2 * 3 * (1 + 2 * 2)
+    va = [c for c in cpu if c.head == "va" and c.seed == 0][0]
     assert "consistent-top-2" in va.decoders and "beam-4" in va.decoders
+    assert va.decode_max_len == 10_000 and va.decode_max_len_nongreedy is None  # every decoder to L = 1e4
+    featured = [c for c in cpu if c.head == "nmst" and c.seed == 0 and c.eps == 5e-4][0]
+    assert "nucleus-0.4" in featured.decoders
+    assert all(c.decoders == ("greedy",) for c in cpu if c.seed > 0)  # other seeds: greedy only
 
 
 def test_config_hash_changes_with_every_field_and_round_trips():
@@ -181,6 +185,13 @@ def test_quick_profile_end_to_end_writes_a_result_with_provenance(stored):
         for L, r in zip(dec["L"], dec["rnt"]):
             assert r == pytest.approx((n - sum(c for v, c in hist.items() if v <= L)) / n)
         assert dec["peak_memory"]["mib"] > 0
+        # per-context lengths agree with the histogram; examples are the first contexts
+        assert len(dec["lengths"]) == len(dec["terminated"]) == n
+        assert sum(not t for t in dec["terminated"]) == dec["not_terminated"]
+        assert sorted(v for v, t in zip(dec["lengths"], dec["terminated"]) if t) == sorted(
+            v for v, c in hist.items() for _ in range(c))
+        for i, ex in enumerate(dec["examples"]):
+            assert ex["index"] == i and (ex["length"], ex["terminated"]) == (dec["lengths"][i], dec["terminated"][i])
     assert sum(data["data_length_histogram"]["counts"]) == config.num_decode_contexts
     # eos probabilities along chosen validation lines
     traces = data["eos_probabilities"]

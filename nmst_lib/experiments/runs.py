@@ -107,7 +107,7 @@ def _peak_memory_mib(device: torch.device, start) -> dict:
 
 
 def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int, Ls=None, seed: int = 0,
-                    batch_size: int = 512, vocab: D.Vocabulary | None = None, num_examples: int = 3,
+                    batch_size: int = 512, vocab: D.Vocabulary | None = None, num_examples: int = 8,
                     example_tokens: int = 60, progress: bool = False) -> dict:
     """r_nt(L) for every L in ``Ls`` (default :func:`rnt_grid`) and the length distribution of
     ``decoder``'s continuations of ``contexts``, from ONE decode per context to ``max_len``
@@ -116,8 +116,10 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
     Contexts are decoded in chunks of ``batch_size`` (one :func:`nmst_lib.decoding.decode` call
     each; finished rows leave, so memory follows the unfinished rows) and the chunks' curves are
     averaged with their sizes as weights. Sampling decoders draw from one generator seeded with
-    ``seed``. Returns JSON-ready numbers plus wall time, peak memory and a few example
-    continuations (when ``vocab`` is given).
+    ``seed``. Returns JSON-ready numbers plus wall time, peak memory, every context's length
+    and termination (``lengths``, ``terminated``, in the order of ``contexts``) and the
+    continuations of the first ``num_examples`` contexts (``examples``, when ``vocab`` is
+    given; the same contexts for every model, so a page can set models side by side).
     """
     spec = parse_decoder(decoder)
     Ls = rnt_grid(max_len) if Ls is None else list(Ls)
@@ -125,7 +127,7 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
     generator = torch.Generator(device=device).manual_seed(int(seed)) if spec.sampling else None
     weighted = np.zeros(len(Ls))
     hist = np.zeros(max_len + 2, dtype=np.int64)
-    examples = []
+    examples, context_lengths, terminated_rows = [], [], []
     mem0 = _peak_memory_start(device)
     start = time.perf_counter()
     chunks = contexts.split(batch_size)
@@ -133,10 +135,12 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
         g = decode(model, chunk, spec.method, max_len=max_len, generator=generator, **spec.decode_kwargs())
         weighted += rnt_curve(g, Ls) * chunk.shape[0]
         hist += length_histogram(g)
+        context_lengths += g.lengths.tolist()
+        terminated_rows += g.terminated.tolist()
         if vocab is not None and len(examples) < num_examples:
             for i in range(min(num_examples - len(examples), chunk.shape[0])):
                 n = int(g.lengths[i])
-                examples.append({"context": " ".join(vocab.decode(chunk[i])),
+                examples.append({"index": len(examples), "context": " ".join(vocab.decode(chunk[i])),
                                  "continuation": " ".join(vocab.decode(g.tokens[i, :min(n, example_tokens)])),
                                  "length": n, "terminated": bool(g.terminated[i])})
     wall = time.perf_counter() - start
@@ -157,6 +161,8 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
         "mean_terminated_length": float((terminated * lengths).sum() / n_term) if n_term else None,
         "length_histogram": sparse_histogram(hist[:max_len + 1]),
         "not_terminated": int(hist[max_len + 1]),
+        "lengths": context_lengths,
+        "terminated": terminated_rows,
         "wall_seconds": wall,
         "peak_memory": _peak_memory_mib(device, mem0),
         "examples": examples,
@@ -309,9 +315,8 @@ def suite_configs(profile: str) -> list[ExperimentConfig]:
     * ``paper``: RNN and LSTM x {VA, ST, NMST x :data:`PAPER_EPS`} x seeds 0-9: 180 runs; greedy
       for all (Fig. 2, Table 1, Fig. 4); every decoder for VA and for ST/NMST at eps = 1e-5
       (App. F, Fig. 7; consistent top-k/nucleus for VA).
-    * ``cpu``: LSTM x {VA, ST, NMST x :data:`CPU_EPS`}, seed 0: 5 runs (the RNN would double a
-      budget of about 30-40 CPU minutes); every decoder for VA and for ST/NMST at eps = 5e-4,
-      greedy for the rest.
+    * ``cpu``: RNN and LSTM x {VA, ST, NMST x :data:`CPU_EPS`} x seeds 0-2: 30 runs; greedy
+      for all; every decoder for seed 0's VA and ST/NMST at eps = 5e-4.
     * ``quick``: LSTM x {VA, ST, NMST at eps = 1e-2}, seed 0, greedy, top-2 and beam-2.
     """
     if profile == "quick":
@@ -319,9 +324,9 @@ def suite_configs(profile: str) -> list[ExperimentConfig]:
     if profile not in ("cpu", "paper"):
         raise ValueError(f"unknown profile {profile!r}: choose quick, cpu or paper")
     eps_grid = CPU_EPS if profile == "cpu" else PAPER_EPS
-    seeds = range(1) if profile == "cpu" else range(10)
+    seeds = range(3) if profile == "cpu" else range(10)
     configs = []
-    for arch in (("lstm",) if profile == "cpu" else ("rnn", "lstm")):
+    for arch in ("rnn", "lstm"):
         for seed in seeds:
             configs.append(make_config(profile, arch, "va", None, seed))
             configs += [make_config(profile, arch, head, eps, seed) for head in ("st", "nmst") for eps in eps_grid]
