@@ -29,7 +29,7 @@ self-terminating (nmst) output layer, decode validation contexts with greedy / t
 beam / ancestral decoders, and store r_nt(L) curves, perplexities and provenance as JSON.
 
 Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what the website shows
-(about 30-40 minutes for the whole suite on 2 CPU cores); paper = the paper's settings (GPU).
+(30 runs, about 3 CPU hours: 1.5 hours as two single-thread processes on 2 cores); paper = the paper's settings (GPU).
 When the official WikiText-2 training split cannot be downloaded, a named substitute (the
 validation + test articles re-split by article) is used, and every result says so.
 """
@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="re-run configs whose results are current, from scratch")
     g.add_argument("--dry-run", action="store_true", help="list the configs and their status, run nothing")
     g.add_argument("--only", default=None, metavar="SUBSTR", help="only configs whose key contains SUBSTR")
+    g.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run N configs at once, each in its own process with --threads threads "
+                        "(on a 2-core CPU: --jobs 2 --threads 1) [1]")
     _add_common(p)
 
     p = sub.add_parser("report", help="list a profile's results with status (CURRENT/STALE/MISSING) and key numbers",
@@ -215,7 +218,7 @@ def _cmd_run_suite(args) -> int:
         return 0
     results = run_suite(args.profile, results_dir=args.out, checkpoint_dir=args.checkpoint_dir, force=args.force,
                         device=args.device, progress=not args.no_progress, log=_log, command=_command(args),
-                        only=only)
+                        only=only, jobs=args.jobs, threads=args.threads)
     _log(f"[run-suite] {len(results)} results current in {results[0].path.parent if results else args.out}")
     return 0
 

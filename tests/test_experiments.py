@@ -30,6 +30,7 @@ from nmst_lib.experiments import (
     prepare_data,
     result_path,
     run_experiment,
+    run_suite,
     suite_configs,
     train,
 )
@@ -317,3 +318,20 @@ def test_killed_cli_training_resumes_mid_epoch_to_the_same_result(reference_run,
     assert resumed.resumed_from["epoch"] == 1 and resumed.resumed_from["step"] >= 2  # mid-epoch
     assert resumed.val_ppl == reference.val_ppl
     assert resumed.test_ppl == reference.test_ppl
+
+
+def test_parallel_suite_gives_the_same_results_as_a_serial_one(tmp_path):
+    only = lambda c: c.head != "st"  # noqa: E731 - VA and NMST of the quick suite
+    serial = run_suite("quick", results_dir=tmp_path / "serial", checkpoint_dir=tmp_path / "ck-serial",
+                       progress=False, log=None, only=only)
+    messages = []
+    parallel = run_suite("quick", results_dir=tmp_path / "parallel", checkpoint_dir=tmp_path / "ck-parallel",
+                         progress=False, log=messages.append, only=only, jobs=2, threads=1)
+    assert [s.status for s in parallel] == [CURRENT, CURRENT] and len(serial) == 2
+    assert sum("finished" in m for m in messages) == 2
+    for a, b in zip(serial, parallel):
+        assert a.path.name == b.path.name
+        assert a.data["metrics"]["val_ppl"] == b.data["metrics"]["val_ppl"]
+        assert {k: v["rnt"] for k, v in a.data["decoding"].items()} == {k: v["rnt"] for k, v in b.data["decoding"].items()}
+    with pytest.raises(ValueError, match="jobs"):
+        run_suite("quick", results_dir=tmp_path / "x", jobs=0)
