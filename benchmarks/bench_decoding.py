@@ -35,7 +35,6 @@ import json
 import os
 import pathlib
 import platform
-import subprocess
 import sys
 import time
 
@@ -43,6 +42,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from nmst_lib.experiments.results import code_version  # noqa: E402
 from nmst_lib.decoding import decode  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "decoding.json"
@@ -145,15 +145,6 @@ def _load_average():
         return None
 
 
-def code_version() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=pathlib.Path(__file__).resolve().parents[1])
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=512)
@@ -217,7 +208,7 @@ def main(argv=None):
     result = {
         "benchmark": "greedy decoding, early exit + dropping finished rows vs fixed-length loop",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "code_version": code_version(),
+        "code_version": (code_version()["git_sha"] or "unknown")[:7],
         "torch": torch.__version__,
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),

@@ -33,13 +33,13 @@ import os
 import pathlib
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from nmst_lib.experiments.results import code_version  # noqa: E402
 from nmst_lib import decoding as D  # noqa: E402
 from nmst_lib.models import LSTMLM  # noqa: E402
 
@@ -80,15 +80,6 @@ def median_ms(fn, reps: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
-
-
-def code_version() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                             cwd=pathlib.Path(__file__).resolve().parents[1])
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv=None):
@@ -157,7 +148,7 @@ def main(argv=None):
     result = {
         "benchmark": "top-k / nucleus sampling: topk prefilters + race over candidates vs full-vocabulary mask + race",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "code_version": code_version(),
+        "code_version": (code_version()["git_sha"] or "unknown")[:7],
         "torch": torch.__version__,
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),

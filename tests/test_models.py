@@ -42,6 +42,17 @@ def contexts(n=8, k=4, seed=1):
     return torch.randint(0, V - 1, (n, k), generator=torch.Generator().manual_seed(seed))
 
 
+
+def assert_steps_equal_forward(model, seq, k, full, tol):
+    """initial_state on the first k tokens, then one step per later token, gives the
+    log-probabilities of the full forward pass ``full`` at every continuation position."""
+    state, lp = model.initial_state(seq[:, :k])
+    steps = [lp]
+    for j in range(k, seq.shape[1] - 1):
+        state, lp = model.step(state, seq[:, j])
+        steps.append(lp)
+    torch.testing.assert_close(torch.stack(steps, 1), full[:, k - 1:], atol=tol, rtol=tol)
+
 def test_models_follow_the_decoding_protocol():
     for cls in (RNNLM, LSTMLM):
         model = cls(V, hidden=8, layers=1, dropout=0.0).eval()
@@ -71,12 +82,7 @@ def test_incremental_steps_match_teacher_forcing(arch, head, eps):
     seq = torch.randint(0, V - 1, (3, k + T), generator=torch.Generator().manual_seed(5))
     context_mask = (torch.arange(k + T - 1) < k - 1).expand(3, -1)
     full = model(seq[:, :-1], context_mask)
-    state, lp = model.initial_state(seq[:, :k])
-    steps = [lp]
-    for j in range(k, k + T - 1):
-        state, lp = model.step(state, seq[:, j])
-        steps.append(lp)
-    torch.testing.assert_close(torch.stack(steps, 1), full[:, k - 1:], atol=1e-5, rtol=1e-5)
+    assert_steps_equal_forward(model, seq, k, full, tol=1e-5)
 
 
 @pytest.mark.parametrize("arch,head,eps,bias", VARIED)
@@ -241,12 +247,7 @@ def test_gpt2_incremental_steps_match_teacher_forcing(tiny_gpt2, head, eps):
     k, T = 4, 5
     seq = torch.randint(0, 50256, (2, k + T), generator=torch.Generator().manual_seed(3))
     full = model(seq[:, :-1], (torch.arange(k + T - 1) < k - 1).expand(2, -1))
-    state, lp = model.initial_state(seq[:, :k])
-    steps = [lp]
-    for j in range(k, k + T - 1):
-        state, lp = model.step(state, seq[:, j])
-        steps.append(lp)
-    torch.testing.assert_close(torch.stack(steps, 1), full[:, k - 1:], atol=1e-4, rtol=1e-4)
+    assert_steps_equal_forward(model, seq, k, full, tol=1e-4)
 
 
 def test_gpt2_select_reorders_the_cache_batched_decode_equals_per_row(tiny_gpt2):
