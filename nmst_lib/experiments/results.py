@@ -46,8 +46,8 @@ CURRENT, STALE, MISSING = "current", "stale", "missing"
 
 
 def default_results_dir() -> Path:
-    """``<repo>/data/results`` (committed, small JSON files)."""
-    return repo_root() / "data" / "results"
+    """``nmst_lib/published_results`` (committed, small JSON files shipped inside the package)."""
+    return Path(__file__).resolve().parents[1] / "published_results"
 
 
 def result_path(config: ExperimentConfig, results_dir: str | os.PathLike | None = None) -> Path:
