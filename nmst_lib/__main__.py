@@ -40,7 +40,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--profile", choices=PROFILES, default="quick",
                    help="experiment profile: quick (seconds, tests), cpu (the website), paper (GPU) [quick]")
     g.add_argument("--out", default=None, metavar="DIR",
-                   help="results directory for the JSON results [data/results]")
+                   help="results directory: JSON results are written there and read from there only "
+                        "[$NMST_RESULTS_DIR if set; else nmst_lib/published_results in a git checkout (the "
+                        "committed results, package data); else ~/.cache/nmst_lib/results (honours "
+                        "XDG_CACHE_HOME), read before the results published with the package]")
     g.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="checkpoint directory [data/checkpoints/wikitext2]")
     g.add_argument("--data-dir", default=None, metavar="DIR",

@@ -69,6 +69,19 @@ def test_run_suite_dry_run_and_report_list_the_suite(tmp_path, capsys):
     assert "MISSING" in capsys.readouterr().out
 
 
+def test_without_out_the_published_cpu_results_are_found(tmp_path, monkeypatch, capsys):
+    """The committed cpu results ship in the package (nmst_lib/published_results): an empty
+    write directory ($NMST_RESULTS_DIR) still sees all 30 as CURRENT."""
+    monkeypatch.setenv("NMST_RESULTS_DIR", str(tmp_path))
+    assert cli.main(["run-suite", "--profile", "cpu", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 30 and all("CURRENT" in line for line in lines)
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    help_text = capsys.readouterr().out
+    assert "NMST_RESULTS_DIR" in help_text and "published_results" in help_text and ".cache/nmst_lib" in help_text
+
+
 def test_config_overrides_parse_json_values():
     args = cli.build_parser().parse_args(["train", "--set", "max_epochs=1", "--set", "vocab_cap=null",
                                           "--decoders", "greedy,beam-2"])

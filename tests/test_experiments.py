@@ -214,11 +214,13 @@ def test_load_result_reports_current_stale_and_missing(stored):
     config, base, _ = stored
     results = base / "results"
     assert load_result(config, results).status == CURRENT
+    assert load_result(config, results).source == "local"  # not the package's published results
     changed = config.replace(hidden=48)  # same key (file), different config: the stored file is STALE
     found = load_result(changed, results)
     assert found.status == STALE and "hidden" in found.message and not found.is_current
     assert load_or_run(changed, results_dir=results, run=False).status == STALE
     assert load_result(config.replace(seed=7), results).status == MISSING
+    assert load_result(config.replace(seed=7), results).source is None
     # a tampered hash is STALE too, never current
     path = result_path(config, results)
     data = json.loads(path.read_text())

@@ -1,6 +1,20 @@
-"""The results store: provenance-stamped JSON under ``data/results/``, written atomically, read
-back with a clear CURRENT / STALE / MISSING status (Chapter 6, 06_wikitext; DESIGN.md
-"Results, profiles and honesty").
+"""The results store: provenance-stamped JSON files, written atomically, read back with a
+clear CURRENT / STALE / MISSING status (Chapter 6, 06_wikitext; DESIGN.md "Results, profiles
+and honesty").
+
+Where results live:
+
+* **Published results** (:func:`published_results_dir`): the committed results the website
+  shows (the ``cpu`` profile) are *package data*, ``nmst_lib/published_results/wikitext2/``,
+  read with :mod:`importlib.resources`. They travel inside the wheel, so a ``pip install``
+  or a Colab notebook that installs the library from git has them without the repository.
+* **New runs** are written to :func:`default_results_dir`: ``$NMST_RESULTS_DIR`` if set;
+  else, in a source checkout (an editable install inside a git clone, which is how the
+  maintainers regenerate the committed files), the published folder itself; else a user
+  cache folder (``$XDG_CACHE_HOME/nmst_lib/results``, default ``~/.cache/nmst_lib/results``),
+  since an installed package's folder is not the place to write.
+* :func:`load_result` without a directory looks in the write directory first and then in
+  the published results; the :class:`StoredResult` says which (``source``).
 
 A result is CURRENT only when its stored config hash equals the hash of the config the code
 asks for now (:func:`nmst_lib.experiments.config.config_hash`). A file whose hash differs
@@ -11,6 +25,8 @@ page can say so, never as if it were current.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import importlib.resources
 import json
 import os
 import platform
@@ -31,6 +47,12 @@ __all__ = [
     "STALE",
     "MISSING",
     "StoredResult",
+    "ENV_RESULTS_DIR",
+    "PUBLISHED",
+    "LOCAL",
+    "published_results_dir",
+    "is_source_checkout",
+    "user_cache_dir",
     "default_results_dir",
     "result_path",
     "atomic_write_bytes",
@@ -44,15 +66,70 @@ __all__ = [
 RESULT_SCHEMA = "nmst_lib.wikitext_result/1"
 CURRENT, STALE, MISSING = "current", "stale", "missing"
 
+ENV_RESULTS_DIR = "NMST_RESULTS_DIR"
+"""Environment variable: where new results are written (and looked for first)."""
+PUBLISHED, LOCAL = "published", "local"
+"""Values of :attr:`StoredResult.source`: the package's published results, or any other folder."""
+_PUBLISHED_FOLDER = "published_results"
+
+
+@functools.lru_cache(maxsize=None)
+def published_results_dir() -> Path:
+    """The results committed with the library: ``nmst_lib/published_results`` as package data
+    (:mod:`importlib.resources`), shipped in the wheel. Holds ``wikitext2/<key>.json`` for the
+    ``cpu`` profile that Chapter 6 (06_wikitext) and the website show. Read-only in an
+    installed package; a source checkout writes its regenerated results here."""
+    root = importlib.resources.files("nmst_lib").joinpath(_PUBLISHED_FOLDER)
+    if not isinstance(root, Path):  # e.g. imported from a zip archive: no folder to point at
+        raise RuntimeError(
+            f"nmst_lib is installed as {type(root).__name__} ({root}), not as files on disk, so its published "
+            f"results have no folder; install it as a regular (unzipped) package, e.g. with pip")
+    return root
+
+
+def is_source_checkout() -> bool:
+    """True when ``nmst_lib`` is imported from a git clone of the book's repository (an
+    editable install or the working directory): ``pyproject.toml`` and ``.git`` sit beside
+    the ``nmst_lib/`` folder. False for an installed wheel (site-packages has neither)."""
+    root = repo_root()
+    return (root / "pyproject.toml").is_file() and (root / ".git").exists()
+
+
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/nmst_lib`` (an absolute ``XDG_CACHE_HOME`` only, as the XDG base
+    directory specification asks), else ``~/.cache/nmst_lib``."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "nmst_lib"
+
 
 def default_results_dir() -> Path:
-    """``nmst_lib/published_results`` (committed, small JSON files shipped inside the package)."""
-    return Path(__file__).resolve().parents[1] / "published_results"
+    """Where new results are *written*: ``$NMST_RESULTS_DIR`` if set (and not empty); else the
+    published folder (:func:`published_results_dir`) in a source checkout
+    (:func:`is_source_checkout`: how the maintainers regenerate the committed results); else
+    ``<user cache>/results`` (:func:`user_cache_dir`), e.g. in Colab or after ``pip install``."""
+    env = os.environ.get(ENV_RESULTS_DIR, "")
+    if env:
+        return Path(env).expanduser()
+    if is_source_checkout():
+        return published_results_dir()
+    return user_cache_dir() / "results"
+
+
+def _check_dir(results_dir) -> Path | None:
+    if results_dir is None:
+        return None
+    if not isinstance(results_dir, (str, os.PathLike)) or isinstance(results_dir, bytes) or results_dir == "":
+        raise TypeError(f"results_dir must be a folder path (str or os.PathLike) or None for the default, "
+                        f"got {results_dir!r}")
+    return Path(results_dir)
 
 
 def result_path(config: ExperimentConfig, results_dir: str | os.PathLike | None = None) -> Path:
-    """Where the result of ``config`` lives: ``<results_dir>/wikitext2/<key>.json``."""
-    base = Path(results_dir) if results_dir is not None else default_results_dir()
+    """Where the result of ``config`` is written: ``<results_dir>/wikitext2/<key>.json``, with
+    ``results_dir`` defaulting to :func:`default_results_dir`."""
+    base = _check_dir(results_dir)
+    base = base if base is not None else default_results_dir()
     return base / "wikitext2" / f"{config.key}.json"
 
 
@@ -99,10 +176,13 @@ def _git(*args) -> str | None:
 
 
 def code_version() -> dict:
-    """The code that produced a result: git SHA of HEAD (or None outside a git checkout) and
-    whether the library (``nmst_lib/``, ``pyproject.toml``) has uncommitted changes."""
-    sha = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--", "nmst_lib", "pyproject.toml")
+    """The code that produced a result: git SHA of HEAD (None when the library is not a source
+    checkout, e.g. an installed wheel, even one whose environment lies inside some other git
+    repository) and whether the library (``nmst_lib/``, ``pyproject.toml``) has uncommitted
+    changes; plus the library's version."""
+    checkout = is_source_checkout()
+    sha = _git("rev-parse", "HEAD") if checkout else None
+    status = _git("status", "--porcelain", "--", "nmst_lib", "pyproject.toml") if checkout else None
     import nmst_lib
 
     return {
@@ -149,12 +229,17 @@ def save_result(result: dict, config: ExperimentConfig, results_dir=None) -> Pat
 @dataclass
 class StoredResult:
     """What :func:`load_result` found: ``status`` is ``"current"``, ``"stale"`` or
-    ``"missing"``; ``data`` the JSON (None when missing); ``message`` says why."""
+    ``"missing"``; ``path`` the file (for MISSING: where a run would write it); ``data`` the
+    JSON (None when missing); ``message`` says why; ``source`` says where the file came from:
+    :data:`PUBLISHED` (the results shipped with the library, :func:`published_results_dir`),
+    :data:`LOCAL` (any other folder: a run directory, ``$NMST_RESULTS_DIR``, the user cache),
+    or None when missing."""
 
     status: str
     path: Path
     data: dict | None
     message: str
+    source: str | None = None
 
     @property
     def is_current(self) -> bool:
@@ -162,7 +247,8 @@ class StoredResult:
         return self.status == CURRENT
 
     def __repr__(self) -> str:
-        return f"StoredResult({self.status.upper()}: {self.path.name}; {self.message})"
+        where = f" [{self.source}]" if self.source else ""
+        return f"StoredResult({self.status.upper()}{where}: {self.path.name}; {self.message})"
 
 
 def _config_diff(stored: dict, current: dict) -> list[str]:
@@ -171,30 +257,70 @@ def _config_diff(stored: dict, current: dict) -> list[str]:
             for k in keys if stored.get(k, "<absent>") != current.get(k, "<absent>")]
 
 
-def load_result(config: ExperimentConfig, results_dir=None) -> StoredResult:
-    """The stored result for ``config`` with its status (Chapter 6, 06_wikitext).
+def _source_of(path: Path) -> str:
+    try:
+        published = published_results_dir().resolve()
+    except RuntimeError:
+        return LOCAL
+    return PUBLISHED if path.resolve().is_relative_to(published) else LOCAL
 
-    CURRENT: the file's config hash equals :func:`config_hash` of ``config``. STALE: the file
-    exists but was made by a different config or schema (the message lists the fields that
-    differ). MISSING: no file. An unreadable file raises ``ValueError`` naming it.
-    """
-    config = validate_config(config)
-    path = result_path(config, results_dir)
-    if not path.is_file():
-        return StoredResult(MISSING, path, None, f"no result at {path}; run it (load_or_run or the CLI)")
+
+def _read_result(config: ExperimentConfig, path: Path) -> StoredResult:
+    source = _source_of(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
         raise ValueError(f"result file {path} is unreadable ({err}); delete it and re-run the experiment") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"result file {path} holds a JSON {type(data).__name__}, not a result object; "
+                         f"delete it and re-run the experiment")
     want = config_hash(config)
     stored_hash = data.get("config_hash")
     if data.get("schema") != RESULT_SCHEMA:
-        return StoredResult(STALE, path, data, f"STALE: schema {data.get('schema')!r}, code expects {RESULT_SCHEMA!r}")
+        return StoredResult(STALE, path, data, f"STALE: schema {data.get('schema')!r}, code expects {RESULT_SCHEMA!r}",
+                            source)
     if stored_hash != want:
         diff = _config_diff(data.get("config", {}), config.to_dict())
         why = "; ".join(diff) if diff else "same fields, different config schema version"
-        return StoredResult(STALE, path, data, f"STALE: config hash {stored_hash} != current {want} ({why})")
-    return StoredResult(CURRENT, path, data, f"current (config hash {want})")
+        return StoredResult(STALE, path, data, f"STALE: config hash {stored_hash} != current {want} ({why})", source)
+    return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
+
+
+def load_result(config: ExperimentConfig, results_dir=None) -> StoredResult:
+    """The stored result for ``config`` with its status and source (Chapter 6, 06_wikitext).
+
+    With ``results_dir``, only ``<results_dir>/wikitext2/<key>.json`` is read. Without it, the
+    write directory (:func:`default_results_dir`) is read first, then the published results
+    shipped with the library (:func:`published_results_dir`): the first CURRENT file wins, so
+    a new run overrides the published one, and a STALE file left in the write directory by
+    older code does not hide a CURRENT published one. ``source`` says which it was.
+
+    CURRENT: the file's config hash equals :func:`config_hash` of ``config``. STALE: the file
+    exists but was made by a different config or schema (the message lists the fields that
+    differ). MISSING: no file anywhere (``path`` is where a run would write it). An
+    unreadable file raises ``ValueError`` naming it.
+    """
+    config = validate_config(config)
+    write_path = result_path(config, results_dir)
+    candidates = [write_path]
+    if results_dir is None:
+        try:
+            published = result_path(config, published_results_dir())
+        except RuntimeError:
+            published = None
+        if published is not None and published.resolve() != write_path.resolve():
+            candidates.append(published)
+    found = [_read_result(config, p) for p in candidates if p.is_file()]
+    for stored in found:
+        if stored.status == CURRENT:
+            return stored
+    if found:
+        stale = found[0]
+        if len(found) > 1:
+            stale.message += f" (also STALE: {found[1].path})"
+        return stale
+    looked = " nor ".join(str(p) for p in candidates)
+    return StoredResult(MISSING, write_path, None, f"no result at {looked}; run it (load_or_run or the CLI)")
 
 
 def command_line() -> str:
