@@ -4,10 +4,19 @@ The site is built by ``bash scripts/book.sh`` (``scripts/test.sh`` builds it bef
 the tests). Without ``_build/html`` or without Debian's ``chromium`` + ``chromium-driver``
 these tests are skipped with the reason, unless ``NMST_REQUIRE_SITE=1`` (set by
 ``scripts/test.sh``), in which case they fail.
+
+Checking another build: ``NMST_BOOK_ROOT=/path/to/checkout`` reads that checkout's
+``_config.yml``, ``_toc.yml``, ``nmst_lib`` and ``_build/html``; ``NMST_SITE_DIR=/path/to/html``
+overrides only where the built HTML is (e.g. ``NMST_BOOK_ROOT=/tmp/wt NMST_SITE_DIR=/tmp/wt/_build/html``).
+
+The page-height test records each chapter's height in ``site_metrics`` (written to
+``<site>/../site-metrics.json``); the table is printed in pytest's terminal summary, with or
+without ``-s`` or ``-q``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -17,8 +26,9 @@ import pytest
 
 # NMST_BOOK_ROOT: check a book built elsewhere (e.g. a copy with placeholder chapters)
 ROOT = Path(os.environ.get("NMST_BOOK_ROOT") or Path(__file__).resolve().parents[2])
-SITE = ROOT / "_build" / "html"
-SCREENSHOTS = ROOT / "_build" / "screenshots"
+SITE = Path(os.environ.get("NMST_SITE_DIR") or ROOT / "_build" / "html")
+SCREENSHOTS = SITE.parent / "screenshots"
+METRICS = SITE.parent / "site-metrics.json"
 REQUIRED = os.environ.get("NMST_REQUIRE_SITE") == "1"
 
 CHROME_FLAGS = [
@@ -85,3 +95,31 @@ def browser():
 def screenshots() -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS
+
+
+# --- page heights: collected by test_site_content.py, printed at the end of the run -------
+
+
+@pytest.fixture(scope="session")
+def site_metrics(request) -> dict:
+    """``{docname: {"height_px": ..., "width_px": ...}}``, saved to ``site-metrics.json`` next to the site."""
+    metrics: dict = {}
+    request.config._nmst_site_metrics = metrics
+    yield metrics
+    if metrics:
+        try:
+            METRICS.write_text(json.dumps(metrics, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        except OSError:
+            pass
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    metrics = getattr(config, "_nmst_site_metrics", None)
+    if not metrics:
+        return
+    terminalreporter.write_sep("-", "chapter page heights (CSS px, 1,280 px window, toggles closed)")
+    for docname, entry in sorted(metrics.items()):
+        limit = entry.get("limit_px")
+        flag = "" if limit is None or entry["height_px"] <= limit else "   OVER THE LIMIT"
+        terminalreporter.write_line(f"{docname:40s} {entry['height_px']:>8,} px   (limit {limit:,} px){flag}")
+    terminalreporter.write_line(f"(saved to {METRICS})")

@@ -19,6 +19,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
+from site_checks import title_problems
+
 ROOT = Path(os.environ.get("NMST_BOOK_ROOT") or Path(__file__).resolve().parents[2])
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -132,12 +134,8 @@ def test_chapter_title_is_numbered_once(site, docname):
     path = built(site, docname)
     if not path.is_file():
         pytest.skip(f"{docname} is not built (yet)")
-    html = path.read_text(encoding="utf-8")
-    heading = re.search(r'<h1>(?:<span class="section-number">([^<]*)</span>)?([^<]*)', html)
-    assert heading, f"{docname}: no chapter title"
-    number, title = (heading.group(1) or "").strip(), heading.group(2).strip()
-    assert number or re.match(r"\d+\.\s", title), f"{docname}: the chapter title has no number: {title!r}"
-    assert not (number and title.startswith(number)), f"{docname}: title numbered twice: {number} {title!r}"
+    problems = title_problems(path.read_text(encoding="utf-8"))
+    assert not problems, f"{docname}: {problems}"
 
 
 @pytest.mark.parametrize("docname", CHAPTERS)
