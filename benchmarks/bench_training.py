@@ -71,12 +71,13 @@ def flops_per_position(arch: str, hidden: int, layers: int, vocab: int) -> float
 
 
 def synthetic_batches(vocab_size: int, n_batches: int, batch_size: int, seed: int = 0):
-    """Batches with WikiText-2-like line lengths (from the shared validation split when present,
-    else 11-200 tokens), random token ids, eos last."""
+    """Batches with WikiText-2-like line lengths (from the local validation split named by
+    $NMST_WIKITEXT_DIR / $NMST_DATA_DIR when present, else 11-200 tokens), random token ids, eos last."""
     g = torch.Generator().manual_seed(seed)
     lengths = None
-    path = D.default_wikitext_dir() / "valid.txt"
-    if path.is_file():
+    folder = D.default_wikitext_dir()
+    path = folder / "valid.txt" if folder is not None else None
+    if path is not None and path.is_file():
         lens = [len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]
         lengths = torch.tensor([n + 1 for n in lens if n > D.CONTEXT_LEN])
     if lengths is None or lengths.numel() == 0:

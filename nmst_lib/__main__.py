@@ -32,6 +32,10 @@ Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what t
 (30 runs, about 3 CPU hours: 1.5 hours as two single-thread processes on 2 cores); paper = the paper's settings (GPU).
 When the official WikiText-2 training split cannot be downloaded, a named substitute (the
 validation + test articles re-split by article) is used, and every result says so.
+
+Data: --data-dir DIR, else $NMST_WIKITEXT_DIR, else $NMST_DATA_DIR/wikitext-2 (NMST_DATA_DIR names a
+folder holding wikitext-2/ and gpt2-tokenizer/), else the Hugging Face hub. Offline with none of
+them, commands stop at once and say which variable to set.
 """
 
 
@@ -47,8 +51,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-dir", default=None, metavar="DIR",
                    help="checkpoint directory [data/checkpoints/wikitext2]")
     g.add_argument("--data-dir", default=None, metavar="DIR",
-                   help="local WikiText-2 folder (train/valid/test .txt or wiki.*.tokens); sets NMST_WIKITEXT_DIR "
-                        "[hub if reachable, else ../shared/data/wikitext-2 with the substitute split]")
+                   help="local WikiText-2 folder (valid.txt + test.txt, optionally train.txt, or wiki.*.tokens); "
+                        "sets NMST_WIKITEXT_DIR [$NMST_WIKITEXT_DIR, else $NMST_DATA_DIR/wikitext-2, else the "
+                        "Hugging Face hub; without a training file, the named substitute split]")
     g.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda [cuda if available, else cpu]")
     g.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch CPU threads (1 is fastest on a busy machine) [torch's default]")

@@ -12,9 +12,14 @@ Where the data comes from is always written down (:class:`DataDescription`):
 * ``hub``: the official splits from the Hugging Face hub (``Salesforce/wikitext``,
   ``wikitext-2-v1``) when the hub can be reached. A quick probe decides; offline the call
   fails at once with :class:`WikiTextUnavailable` instead of retrying for ~23 s.
-* ``local``: a directory (argument, or the ``NMST_WIKITEXT_DIR`` environment variable, or the
-  project's ``../shared/data/wikitext-2/``) holding ``train.txt``/``valid.txt``/``test.txt`` or
+* ``local``: a directory holding ``train.txt``/``valid.txt``/``test.txt`` or
   ``wiki.{train,valid,test}.tokens``, read through ``datasets.load_dataset("text", ...)``.
+  Which directory (first that applies): the ``directory`` argument; the ``NMST_WIKITEXT_DIR``
+  environment variable (the WikiText-2 folder itself); ``$NMST_DATA_DIR/wikitext-2`` (the
+  ``NMST_DATA_DIR`` variable names a data root holding ``wikitext-2/`` and
+  ``gpt2-tokenizer/``). With none of them, ``source="auto"`` uses the hub, and without the
+  hub it fails fast with :class:`WikiTextUnavailable` saying which variable to set
+  (:func:`wikitext_dir`, :func:`data_root`).
 * When that directory has no training split, the named substitute
   :data:`SUBSTITUTE_NAME`: the articles of the validation and test splits re-split by article
   (seeded, 80/10/10). It is never called "WikiText-2 train".
@@ -49,6 +54,10 @@ __all__ = [
     "SequenceData",
     "Batch",
     "repo_root",
+    "DATA_DIR_ENV",
+    "WIKITEXT_DIR_ENV",
+    "data_root",
+    "wikitext_dir",
     "default_wikitext_dir",
     "hub_is_reachable",
     "load_wikitext2_from_hub",
@@ -63,6 +72,7 @@ __all__ = [
     "bucket_batches",
     "epoch_generator",
     "iterate_batches",
+    "gpt2_tokenizer_dir",
     "default_gpt2_tokenizer_dir",
     "load_gpt2_tokenizer",
     "TokenizerVocabulary",
@@ -75,7 +85,12 @@ EOS, PAD, UNK = "<eos>", "<pad>", "<unk>"
 HUB_DATASET, HUB_CONFIG = "Salesforce/wikitext", "wikitext-2-v1"
 SUBSTITUTE_NAME = "wikitext2-valtest-article-resplit"
 """Name of the substitute used when the official training split is unavailable."""
-ENV_DIR = "NMST_WIKITEXT_DIR"
+DATA_DIR_ENV = "NMST_DATA_DIR"
+"""Environment variable naming the data root: a folder holding ``wikitext-2/`` (WikiText-2 split
+files) and ``gpt2-tokenizer/`` (GPT-2's ``vocab.json`` + ``merges.txt``)."""
+WIKITEXT_DIR_ENV = ENV_DIR = "NMST_WIKITEXT_DIR"
+"""Environment variable naming the WikiText-2 folder itself (wins over ``$NMST_DATA_DIR/wikitext-2``)."""
+WIKITEXT_SUBDIR, TOKENIZER_SUBDIR = "wikitext-2", "gpt2-tokenizer"
 SPLITS = ("train", "valid", "test")
 _SPLIT_FILES = {
     "train": ("train.txt", "wiki.train.tokens"),
@@ -98,23 +113,67 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def default_wikitext_dir(directory: str | os.PathLike | None = None) -> Path:
-    """The local WikiText-2 directory: ``directory`` if given, else ``$NMST_WIKITEXT_DIR``, else
-    ``<repo>/../shared/data/wikitext-2`` (Chapter 6, 06_wikitext, "The data")."""
+def data_root() -> Path | None:
+    """The data root named by ``$NMST_DATA_DIR`` (a folder holding ``wikitext-2/`` and
+    ``gpt2-tokenizer/``), or None when the variable is unset or empty. Nothing is checked here:
+    the loaders say what is missing."""
+    env = os.environ.get(DATA_DIR_ENV, "").strip()
+    return Path(env).expanduser() if env else None
+
+
+def wikitext_dir(directory: str | os.PathLike | None = None) -> Path | None:
+    """The local WikiText-2 folder to read, by precedence: ``directory`` (argument) >
+    ``$NMST_WIKITEXT_DIR`` > ``$NMST_DATA_DIR/wikitext-2``; None when none is given (then
+    :func:`load_wikitext2` with ``source="auto"`` uses the Hugging Face hub). Chapter 6
+    (06_wikitext), "The data"."""
     if directory is not None:
-        return Path(directory)
-    env = os.environ.get(ENV_DIR)
+        return Path(directory).expanduser()
+    env = os.environ.get(WIKITEXT_DIR_ENV, "").strip()
     if env:
-        return Path(env)
-    return repo_root().parent / "shared" / "data" / "wikitext-2"
+        return Path(env).expanduser()
+    root = data_root()
+    return root / WIKITEXT_SUBDIR if root is not None else None
+
+
+def default_wikitext_dir(directory: str | os.PathLike | None = None) -> Path | None:
+    """Alias of :func:`wikitext_dir` (kept for existing callers): the configured local WikiText-2
+    folder, or None when neither an argument nor ``$NMST_WIKITEXT_DIR`` / ``$NMST_DATA_DIR`` names one."""
+    return wikitext_dir(directory)
+
+
+def _where_from(directory) -> str:
+    """Which setting named the local folder (for error messages)."""
+    if directory is not None:
+        return "the directory argument"
+    if os.environ.get(WIKITEXT_DIR_ENV, "").strip():
+        return f"${WIKITEXT_DIR_ENV}"
+    return f"${DATA_DIR_ENV}/{WIKITEXT_SUBDIR}"
+
+
+_WIKITEXT_FOLDER_HOLDS = ("valid.txt and test.txt (optionally train.txt), or wiki.{valid,test,train}.tokens: "
+                          "one line per row, articles headed ' = Title = '")
+
+
+def _no_local_data_message(reason: str) -> str:
+    return (
+        f"WikiText-2 is not available: {reason}, and no local copy is configured. Set {DATA_DIR_ENV} to a data "
+        f"folder whose {WIKITEXT_SUBDIR}/ subfolder holds {_WIKITEXT_FOLDER_HOLDS} (the same folder may hold "
+        f"{TOKENIZER_SUBDIR}/ with GPT-2's vocab.json and merges.txt); or set {WIKITEXT_DIR_ENV} to the "
+        f"WikiText-2 folder itself; or pass directory=... (CLI: --data-dir)."
+    )
 
 
 def _display_path(path: Path) -> str:
-    """``path`` relative to the repository root when it is near it (provenance without home dirs)."""
+    """``path`` for provenance: relative to the repository root when the library runs from a
+    checkout and the folder is inside it or beside it (e.g. ``../data/wikitext-2``), else as given."""
+    root = repo_root()
     try:
-        return os.path.relpath(path.resolve(), repo_root())
+        rel = os.path.relpath(path.resolve(), root)
     except ValueError:  # another drive on Windows
         return str(path)
+    if (root / "pyproject.toml").is_file() and not rel.startswith(os.pardir + os.sep + os.pardir):
+        return rel
+    return str(path)
 
 
 def _offline_flag_set() -> bool:
@@ -157,6 +216,12 @@ def _go_offline() -> None:
             dconfig.HF_DATASETS_OFFLINE = True
     except Exception:  # pragma: no cover - datasets missing or changed: the env vars still apply
         pass
+    try:
+        import huggingface_hub.constants as hconst
+
+        hconst.HF_HUB_OFFLINE = True
+    except Exception:  # pragma: no cover - huggingface_hub missing or changed
+        pass
 
 
 def _column_lines(dataset) -> list[str]:
@@ -176,8 +241,9 @@ def load_wikitext2_from_hub(timeout: float = 2.0) -> dict[str, list[str]]:
         raise WikiTextUnavailable(
             f"the Hugging Face hub is not reachable (probe of huggingface.co:443 failed within {timeout:g} s, "
             "or HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set), so the official WikiText-2 splits cannot be "
-            f"downloaded. Use source='local' with a directory holding train/valid/test files "
-            f"(argument or ${ENV_DIR}), or source='auto' to fall back to the named substitute {SUBSTITUTE_NAME!r}."
+            f"downloaded. Use a local copy instead: source='local' or 'auto' with ${DATA_DIR_ENV} (a folder "
+            f"whose {WIKITEXT_SUBDIR}/ holds {_WIKITEXT_FOLDER_HOLDS}), ${WIKITEXT_DIR_ENV} or directory=...; "
+            f"without a training file there the named substitute {SUBSTITUTE_NAME!r} is used."
         )
     import datasets
 
@@ -201,19 +267,25 @@ def load_local_splits(directory: str | os.PathLike | None = None) -> dict[str, l
     ``datasets.load_dataset("text", data_files=...)`` (works offline; Chapter 6, 06_wikitext).
 
     Looks for ``train.txt``/``valid.txt``/``test.txt`` or ``wiki.{train,valid,test}.tokens``;
-    returns only the splits present (the project's shared copy has no training split).
+    returns only the splits present (a copy of the public validation and test files, as on the
+    project's machines, has no training split). The folder is ``directory``, else
+    ``$NMST_WIKITEXT_DIR``, else ``$NMST_DATA_DIR/wikitext-2`` (:func:`wikitext_dir`).
     """
-    directory = default_wikitext_dir(directory)
-    if not directory.is_dir():
+    where = _where_from(directory)
+    path = wikitext_dir(directory)
+    if path is None:
+        raise WikiTextUnavailable(_no_local_data_message("a local copy was asked for (source 'local' or 'substitute')"))
+    if not path.is_dir():
         raise WikiTextUnavailable(
-            f"WikiText-2 directory {directory} does not exist; pass a directory (or set ${ENV_DIR}) that holds "
-            "train.txt/valid.txt/test.txt or wiki.{train,valid,test}.tokens"
+            f"WikiText-2 directory {path} (from {where}) does not exist; it must be a folder holding "
+            f"{_WIKITEXT_FOLDER_HOLDS}. Set {DATA_DIR_ENV} to a folder with a {WIKITEXT_SUBDIR}/ subfolder, "
+            f"or {WIKITEXT_DIR_ENV} / directory=... to the WikiText-2 folder itself."
         )
-    files = {s: _find_split_file(directory, s) for s in SPLITS}
+    files = {s: _find_split_file(path, s) for s in SPLITS}
     files = {s: str(p) for s, p in files.items() if p is not None}
     if not files:
         raise WikiTextUnavailable(
-            f"no WikiText split files in {directory}: expected train.txt/valid.txt/test.txt or "
+            f"no WikiText split files in {path} (from {where}): expected train.txt/valid.txt/test.txt or "
             "wiki.{train,valid,test}.tokens"
         )
     import datasets
@@ -383,24 +455,32 @@ def load_wikitext2(
 
     * ``"hub"``: the official splits from the Hugging Face hub; :class:`WikiTextUnavailable`
       (fast) when offline.
-    * ``"local"``: the files in ``directory`` (else ``$NMST_WIKITEXT_DIR``, else the shared
-      copy); with no training file there, the named substitute (validation + test articles
-      re-split by article with ``substitute_seed``).
+    * ``"local"``: the files of the local folder (``directory``, else ``$NMST_WIKITEXT_DIR``,
+      else ``$NMST_DATA_DIR/wikitext-2``; see :func:`wikitext_dir`); with no training file there,
+      the named substitute (validation + test articles re-split by article with
+      ``substitute_seed``).
     * ``"substitute"``: always the substitute, built from the local validation and test files.
-    * ``"auto"``: ``local`` when a directory is given or ``$NMST_WIKITEXT_DIR`` is set, else the
-      hub when reachable, else ``local`` on the shared copy.
+    * ``"auto"``: ``local`` when a local folder is configured (argument or either variable),
+      else the hub. With neither a local folder nor the hub it raises
+      :class:`WikiTextUnavailable` at once (within ``hub_timeout``; immediately when
+      ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` is set), naming the variable to set and what
+      the folder must hold.
     """
     allowed = ("auto", "hub", "local", "substitute")
     if source not in allowed:
         raise ValueError(f"source must be one of {allowed}, got {source!r}")
-    explicit_dir = directory is not None or bool(os.environ.get(ENV_DIR))
-    if source == "hub" or (source == "auto" and not explicit_dir and hub_is_reachable(hub_timeout)):
+    path = wikitext_dir(directory)
+    if source == "auto" and path is None and not hub_is_reachable(hub_timeout):
+        _go_offline()
+        raise WikiTextUnavailable(_no_local_data_message(
+            f"the Hugging Face hub is not reachable (probe of huggingface.co:443 failed within {hub_timeout:g} s, "
+            "or HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set)"))
+    if source == "hub" or (source == "auto" and path is None):
         splits = load_wikitext2_from_hub(hub_timeout)
         names = {s: f"WikiText-2 {s} (official, {HUB_CONFIG})" for s in SPLITS}
         desc = _describe(f"Hugging Face hub: {HUB_DATASET} ({HUB_CONFIG})", HUB_DATASET, splits, names)
         return Corpus(splits["train"], splits["valid"], splits["test"], desc)
-    path = default_wikitext_dir(directory)
-    local = load_local_splits(path)
+    local = load_local_splits(directory)
     location = _display_path(path)
     if source == "substitute" or "train" not in local:
         return _substitute_corpus(local, location, substitute_seed)
@@ -683,24 +763,53 @@ def iterate_batches(
 # --------------------------------------------------------------------------------------------
 
 
-def default_gpt2_tokenizer_dir() -> Path:
-    """``<repo>/../shared/data/gpt2-tokenizer`` (``vocab.json`` + ``merges.txt``)."""
-    return repo_root().parent / "shared" / "data" / "gpt2-tokenizer"
+def gpt2_tokenizer_dir(directory: str | os.PathLike | None = None) -> Path | None:
+    """The local GPT-2 tokenizer folder (``vocab.json`` + ``merges.txt``): ``directory`` if given,
+    else ``$NMST_DATA_DIR/gpt2-tokenizer``, else None (then :func:`load_gpt2_tokenizer` asks the
+    Hugging Face hub for ``"gpt2"``)."""
+    if directory is not None:
+        return Path(directory).expanduser()
+    root = data_root()
+    return root / TOKENIZER_SUBDIR if root is not None else None
+
+
+def default_gpt2_tokenizer_dir() -> Path | None:
+    """Alias of :func:`gpt2_tokenizer_dir` without an argument (kept for existing callers)."""
+    return gpt2_tokenizer_dir()
 
 
 def load_gpt2_tokenizer(directory: str | os.PathLike | None = None):
-    """The GPT-2 tokenizer from a folder with ``vocab.json`` and ``merges.txt`` (default: the
-    shared copy), else from the hub (``"gpt2"``). Uses ``GPT2Tokenizer``: in transformers 5,
+    """The GPT-2 tokenizer (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 6, 06_wikitext) from a folder
+    holding ``vocab.json`` and ``merges.txt``: ``directory``, else ``$NMST_DATA_DIR/gpt2-tokenizer``;
+    with neither, from the Hugging Face hub (``"gpt2"``). A named folder without both files is an
+    error (no silent download). Uses ``GPT2Tokenizer``: in transformers 5,
     ``GPT2TokenizerFast(vocab_file=..., merges_file=...)`` silently returns an empty tokenizer."""
     from transformers import GPT2Tokenizer
 
-    path = Path(directory) if directory is not None else default_gpt2_tokenizer_dir()
-    if (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
+    path = gpt2_tokenizer_dir(directory)
+    if path is not None:
+        if not ((path / "vocab.json").is_file() and (path / "merges.txt").is_file()):
+            source = "the directory argument" if directory is not None else f"${DATA_DIR_ENV}/{TOKENIZER_SUBDIR}"
+            raise FileNotFoundError(
+                f"{path} (from {source}) must hold vocab.json and merges.txt, the GPT-2 tokenizer files "
+                f"(encoder.json and vocab.bpe upstream); unset {DATA_DIR_ENV} to use the Hugging Face hub instead"
+            )
         tok = GPT2Tokenizer.from_pretrained(str(path))
-    elif directory is not None:
-        raise FileNotFoundError(f"{path} must hold vocab.json and merges.txt (the GPT-2 tokenizer files)")
     else:
-        tok = GPT2Tokenizer.from_pretrained("gpt2")
+        offline_help = (f"Set {DATA_DIR_ENV} to a folder whose {TOKENIZER_SUBDIR}/ subfolder holds GPT-2's "
+                        "vocab.json and merges.txt, or pass directory=...")
+        # Probe first: offline, from_pretrained("gpt2") retries for minutes and then returns an EMPTY tokenizer.
+        if not hub_is_reachable():
+            _go_offline()
+            raise FileNotFoundError(
+                "the GPT-2 tokenizer is not available: no local copy is configured and the Hugging Face hub is not "
+                f"reachable (or HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set). {offline_help}"
+            )
+        try:
+            tok = GPT2Tokenizer.from_pretrained("gpt2")
+        except OSError as err:
+            raise FileNotFoundError(f"loading the GPT-2 tokenizer from the Hugging Face hub failed ({err}). "
+                                    f"{offline_help}") from err
     if len(tok) != 50257 or tok.eos_token_id != 50256:
         raise ValueError(f"expected the GPT-2 tokenizer (50257 ids, eos 50256), got {len(tok)} ids, eos {tok.eos_token_id}")
     return tok

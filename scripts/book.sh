@@ -9,6 +9,9 @@
 # Extra arguments go to `jupyter-book build` (e.g. --all for a clean rebuild of every page).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Local data for the chapters (README, "Data"): on the project's machines ../shared/data holds
+# wikitext-2/ and gpt2-tokenizer/; a value the user set is kept; without either, the hub.
+if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_DIR="$(cd ../shared/data && pwd)"; fi
 bash scripts/setup.sh
 bash scripts/fetch_js_assets.sh
 

@@ -3,6 +3,15 @@
 # Idempotent: re-running only reinstalls when pyproject.toml or this script changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Local data (README, "Data"): NMST_DATA_DIR names a folder holding wikitext-2/ and gpt2-tokenizer/.
+# On the project's machines that is ../shared/data; a value the user set is kept. (book.sh and
+# test.sh export the same for the commands they run; this script only reports it.)
+if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_DIR="$(cd ../shared/data && pwd)"; fi
+if [ -n "${NMST_DATA_DIR:-}" ]; then
+  echo "[setup] data: NMST_DATA_DIR=$NMST_DATA_DIR"
+else
+  echo "[setup] data: NMST_DATA_DIR not set; WikiText-2 and the GPT-2 tokenizer come from the Hugging Face hub"
+fi
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv with $($PY --version)"

@@ -4,6 +4,9 @@
 #   and the headless-browser checks of the built site.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Local data for the chapters and the real-data tests (README, "Data"): on the project's machines
+# ../shared/data holds wikitext-2/ and gpt2-tokenizer/; a value the user set is kept.
+if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_DIR="$(cd ../shared/data && pwd)"; fi
 bash scripts/setup.sh
 
 # A real browser for the site checks (Debian's chromium + chromedriver).

@@ -1,15 +1,27 @@
 """Tests of the command line `python -m nmst_lib` (Chapter 6, 06_wikitext)."""
 
+import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from conftest import FIXTURE_WIKITEXT_DIR
 from nmst_lib import __main__ as cli
+from nmst_lib import data as D
 from nmst_lib.experiments import config as cfg
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(**changes):
+    """The environment of a CLI subprocess: no data variables, hub offline, plus ``changes``."""
+    env = {k: v for k, v in os.environ.items() if k not in (D.DATA_DIR_ENV, D.WIKITEXT_DIR_ENV)}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1", **changes)
+    return env
 COMMANDS = ("train", "decode", "run", "run-suite", "report")
 
 
@@ -87,3 +99,40 @@ def test_config_overrides_parse_json_values():
                                           "--decoders", "greedy,beam-2"])
     config = cli._config_from_args(args)
     assert config.max_epochs == 1 and config.vocab_cap is None and config.decoders == ("greedy", "beam-2")
+
+
+def test_help_names_the_data_variables_and_no_workplace_path(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = capsys.readouterr().out + cli._DESCRIPTION
+    assert "NMST_DATA_DIR" in text and "NMST_WIKITEXT_DIR" in text and "hub" in text
+    assert "shared" not in text
+
+
+def test_run_on_the_fixture_corpus_through_data_dir_writes_a_result(tmp_path):
+    """`python -m nmst_lib run --data-dir DIR` end to end (train, decode, JSON) on the fixture corpus,
+    offline, with no data variable set."""
+    out = subprocess.run(
+        [sys.executable, "-m", "nmst_lib", "run", "--profile", "quick", "--arch", "rnn", "--head", "nmst", "--eps",
+         "0.01", "--decoders", "greedy", "--set", "max_epochs=1", "--set", "decode_max_len=20", "--threads", "1",
+         "--no-progress", "--data-dir", str(FIXTURE_WIKITEXT_DIR), "--out", str(tmp_path / "results"),
+         "--checkpoint-dir", str(tmp_path / "ckpt")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=_env())
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (path,) = (tmp_path / "results").rglob("*.json")
+    result = json.loads(path.read_text())
+    assert result["data"]["location"].endswith("fixtures/data/wikitext-2")
+    assert D.SUBSTITUTE_NAME in result["data"]["splits"]["train"]
+    assert result["decoding"]["greedy"]["max_len"] == 20
+
+
+def test_without_data_or_network_a_command_stops_at_once_naming_the_variable(tmp_path):
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "nmst_lib", "train", "--profile", "quick", "--no-progress",
+         "--checkpoint-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120, env=_env())
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "NMST_DATA_DIR" in out.stderr and "wikitext-2/" in out.stderr and "valid.txt" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert time.perf_counter() - start < 60  # imports only: no download retries
+    assert not list(tmp_path.iterdir())

@@ -1,14 +1,18 @@
 """Tests of nmst_lib.data: sources and the named substitute split, vocabulary, sequences
 (context / continuation / eos), batches and bucketing (Chapter 6, 06_wikitext)."""
 
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import FIXTURE_DATA_DIR, FIXTURE_WIKITEXT_DIR, FIXTURES, NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
 from nmst_lib import data as D
 
 
@@ -28,7 +32,7 @@ def fake_split(n_articles, prefix, seed=0):
 
 @pytest.fixture
 def wt_dir(tmp_path):
-    """A local folder with only valid/test files, like ../shared/data/wikitext-2."""
+    """A local folder with only valid/test files, like the public copy on the project's machines."""
     (tmp_path / "valid.txt").write_text("\n".join(fake_split(12, "Valid", 1)) + "\n")
     (tmp_path / "test.txt").write_text("\n".join(fake_split(8, "Test", 2)) + "\n")
     return tmp_path
@@ -88,11 +92,57 @@ def test_local_directory_with_a_training_split_is_used_as_is(wt_dir):
     assert corpus.description.num_articles["train"] == 4
 
 
-def test_env_var_names_the_local_directory(wt_dir, monkeypatch):
-    monkeypatch.setenv(D.ENV_DIR, str(wt_dir))
+def test_env_var_names_the_local_directory(wt_dir, no_data_env):
+    no_data_env.setenv(D.ENV_DIR, str(wt_dir))
     assert D.default_wikitext_dir() == wt_dir
     corpus = D.load_wikitext2("auto")  # an explicit directory wins over the hub
     assert corpus.description.num_articles["train"] == 16
+
+
+def test_data_root_variable_names_wikitext_and_tokenizer_folders(tmp_path, no_data_env):
+    assert D.data_root() is None and D.wikitext_dir() is None and D.gpt2_tokenizer_dir() is None
+    no_data_env.setenv(D.DATA_DIR_ENV, str(tmp_path))
+    assert D.data_root() == tmp_path
+    assert D.wikitext_dir() == tmp_path / "wikitext-2" and D.default_wikitext_dir() == tmp_path / "wikitext-2"
+    assert D.gpt2_tokenizer_dir() == tmp_path / "gpt2-tokenizer" == D.default_gpt2_tokenizer_dir()
+
+
+def test_precedence_argument_then_wikitext_variable_then_data_root(wt_dir, tmp_path, no_data_env):
+    """argument > NMST_WIKITEXT_DIR > NMST_DATA_DIR/wikitext-2 (> the hub, when none is set)."""
+    root = tmp_path / "root"
+    (root / "wikitext-2").mkdir(parents=True)
+    (root / "wikitext-2" / "valid.txt").write_text("\n".join(fake_split(6, "Root", 3)) + "\n")
+    no_data_env.setenv(D.DATA_DIR_ENV, str(root))
+    assert D.load_wikitext2("auto").description.num_articles == {"train": 4, "valid": 1, "test": 1}
+    no_data_env.setenv(D.ENV_DIR, str(wt_dir))  # the specific variable wins over the root
+    assert D.wikitext_dir() == wt_dir
+    assert sum(D.load_wikitext2("auto").description.num_articles.values()) == 20
+    only_valid = tmp_path / "arg"
+    only_valid.mkdir()
+    (only_valid / "valid.txt").write_text("\n".join(fake_split(3, "Arg", 4)) + "\n")
+    assert D.wikitext_dir(only_valid) == only_valid  # the argument wins over both
+    assert sum(D.load_wikitext2("local", only_valid).description.num_articles.values()) == 3
+
+
+def test_no_local_data_and_no_hub_fails_fast_saying_which_variable_to_set(no_data_env):
+    no_data_env.setenv("HF_HUB_OFFLINE", "1")
+    for source in ("auto", "local", "substitute"):
+        start = time.perf_counter()
+        with pytest.raises(D.WikiTextUnavailable) as info:
+            D.load_wikitext2(source)
+        assert time.perf_counter() - start < 2.0
+        message = str(info.value)
+        for needed in ("NMST_DATA_DIR", "wikitext-2/", "valid.txt", "test.txt", "NMST_WIKITEXT_DIR"):
+            assert needed in message, (source, needed, message)
+    with pytest.raises(D.WikiTextUnavailable, match="NMST_DATA_DIR"):
+        D.load_local_splits()
+
+
+def test_data_root_without_a_wikitext_folder_is_a_clear_error(tmp_path, no_data_env):
+    no_data_env.setenv(D.DATA_DIR_ENV, str(tmp_path))  # e.g. a root holding only gpt2-tokenizer/
+    with pytest.raises(D.WikiTextUnavailable, match=r"does not exist.*\$NMST_DATA_DIR/wikitext-2|"
+                                                    r"\$NMST_DATA_DIR/wikitext-2.*does not exist"):
+        D.load_wikitext2("auto")
 
 
 def test_offline_hub_fails_fast_with_a_clear_message(monkeypatch):
@@ -122,15 +172,50 @@ def test_missing_directory_is_a_clear_error(tmp_path):
 
 
 def test_real_validation_and_test_splits_give_the_named_substitute():
-    path = D.default_wikitext_dir()
-    if not (path / "valid.txt").is_file():
-        pytest.skip("shared WikiText-2 files not present")
-    corpus = D.load_wikitext2("local")
+    path = REAL_WIKITEXT_DIR
+    if path is None:
+        pytest.skip(NO_REAL_WIKITEXT)
+    corpus = D.load_wikitext2("local", path)
     desc = corpus.description
     assert not desc.is_official
-    assert desc.num_articles["train"] + desc.num_articles["valid"] + desc.num_articles["test"] == len(
-        D.split_articles(D.load_local_splits(path)["valid"])) + len(D.split_articles(D.load_local_splits(path)["test"]))
+    local = D.load_local_splits(path)
+    assert set(local) == {"valid", "test"}
+    assert len(local["valid"]) == 3760 and len(local["test"]) == 4358  # the wikitext-2-v1 line counts
+    assert sum(desc.num_articles.values()) == len(D.split_articles(local["valid"])) + len(
+        D.split_articles(local["test"]))
     assert desc.num_tokens["train"] > 300_000
+
+
+# ---------------------------------------------------------------------------- fixture corpus
+
+
+def test_fixture_corpus_is_what_its_script_generates():
+    out = subprocess.run([sys.executable, str(FIXTURES / "make_corpus.py"), "--check"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    sizes = {p.name: p.stat().st_size for p in FIXTURE_WIKITEXT_DIR.iterdir() if p.suffix == ".txt"}
+    assert set(sizes) == {"valid.txt", "test.txt"} and sum(sizes.values()) < 200_000
+
+
+def test_fixture_corpus_reads_like_the_local_wikitext_folder(no_data_env):
+    """The fixture, named through NMST_DATA_DIR as a user would, gives the named substitute with
+    WikiText's structure: article and section headings, blank rows, lines > k tokens."""
+    no_data_env.setenv(D.DATA_DIR_ENV, str(FIXTURE_DATA_DIR))
+    local = D.load_local_splits()
+    assert set(local) == {"valid", "test"}
+    articles = {s: D.split_articles(lines) for s, lines in local.items()}
+    assert {s: len(a) for s, a in articles.items()} == {"valid": 16, "test": 14}
+    assert all(D.is_article_heading(a[0]) for a in articles["valid"] + articles["test"])
+    assert any(line.startswith("= = ") for line in local["valid"]) and "" in local["valid"]
+    corpus = D.load_wikitext2("auto")
+    desc = corpus.description
+    assert not desc.is_official and D.SUBSTITUTE_NAME in desc.substitute
+    assert desc.num_articles == {"train": 24, "valid": 3, "test": 3}
+    assert desc.location.endswith("fixtures/data/wikitext-2")
+    vocab = D.build_vocabulary(corpus.train, cap=300)
+    valid = D.make_sequences(corpus.valid, vocab)
+    assert len(valid) >= 24  # the quick profile decodes 24 validation contexts
+    assert D.make_sequences(corpus.train, vocab).num_tokens > 12_000  # the quick profile's training budget
 
 
 # ------------------------------------------------------------------------------ vocabulary
@@ -239,3 +324,13 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert any(a.shape != b.shape or not torch.equal(a, b) for a, b in zip(first, other))
     assert all(torch.equal(a, b) for a, b in zip(first[3:], rest))
+
+
+def test_the_library_names_no_workplace_paths():
+    """Data locations come from arguments and NMST_DATA_DIR / NMST_WIKITEXT_DIR, never from the
+    layout of the project's machines (the ../shared folder beside the checkout)."""
+    root = Path(D.__file__).resolve().parent
+    offenders = [f"{p.relative_to(root.parent)}:{n}" for p in sorted(root.rglob("*.py"))
+                 for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+                 if "shared/data" in line or '"shared"' in line or "../shared" in line]
+    assert not offenders, offenders

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
 from nmst_lib import data as D
 from nmst_lib.experiments import (
     CURRENT,
@@ -38,8 +39,10 @@ from nmst_lib.experiments.config import ExperimentConfig, validate_config
 
 train_module = importlib.import_module("nmst_lib.experiments.train")  # the package's `train` is the function
 REPO = Path(__file__).resolve().parents[1]
-HAS_DATA = (D.default_wikitext_dir() / "valid.txt").is_file()
-needs_data = pytest.mark.skipif(not HAS_DATA, reason="shared WikiText-2 files not present")
+
+# Every test here reads the fixture corpus (tests/fixtures/data, through NMST_DATA_DIR), with or
+# without the real WikiText-2: they test the pipeline, not the data (see tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("fixture_data_env")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,7 +59,7 @@ def quick(head="nmst", eps=1e-2, **kw):
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory):
+def stored(fixture_data_env, tmp_path_factory):
     """One quick end-to-end run (train, decode, write the JSON) shared by several tests."""
     base = tmp_path_factory.mktemp("quick")
     config = quick(num_decode_contexts_nongreedy=12, decode_max_len_nongreedy=25)
@@ -65,7 +68,7 @@ def stored(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory):
+def reference_run(fixture_data_env, tmp_path_factory):
     """An uninterrupted 3-epoch quick run: what every resumed run must reproduce."""
     config = quick(max_epochs=3)
     return config, train(config, checkpoint_dir=tmp_path_factory.mktemp("ref"), progress=False)
@@ -144,6 +147,20 @@ def test_empty_data_fails_before_training(tmp_path, monkeypatch):
     assert not (tmp_path / "ckpt").exists()
 
 
+def test_quick_profile_data_from_the_real_wikitext(monkeypatch):
+    """The quick profile's data preparation on the real validation + test splits (the substitute)."""
+    if REAL_WIKITEXT_DIR is None:
+        pytest.skip(NO_REAL_WIKITEXT)
+    monkeypatch.setenv(D.ENV_DIR, str(REAL_WIKITEXT_DIR))
+    config = quick(data_source="auto")
+    data = prepare_data(config)
+    desc = data.description
+    assert desc["substitute"] is not None and sum(desc["num_articles"].values()) > 100
+    assert len(data.vocab) == config.vocab_cap + 3
+    assert data.train.num_tokens <= config.max_train_tokens < data.train.num_tokens + 300
+    assert len(data.valid) >= config.num_decode_contexts
+
+
 def test_parse_decoder_names():
     assert parse_decoder("consistent-nucleus-0.4").decode_kwargs() == {"consistent": True, "p": 0.4}
     assert parse_decoder("beam-4").decode_kwargs() == {"beam_size": 4}
@@ -153,7 +170,6 @@ def test_parse_decoder_names():
 # ------------------------------------------------------------------------- end to end
 
 
-@needs_data
 def test_quick_profile_end_to_end_writes_a_result_with_provenance(stored):
     config, base, result = stored
     assert result.status == CURRENT
@@ -164,7 +180,8 @@ def test_quick_profile_end_to_end_writes_a_result_with_provenance(stored):
     # data description: the substitute is named, with article counts
     desc = data["data"]
     assert desc["substitute"] is not None and D.SUBSTITUTE_NAME in desc["splits"]["train"]
-    assert sum(desc["num_articles"].values()) > 100
+    assert desc["num_articles"] == {"train": 24, "valid": 3, "test": 3}  # the fixture's 30 articles, 80/10/10
+    assert desc["location"].endswith("fixtures/data/wikitext-2")
     assert desc["sequences"]["train"]["num_tokens"] <= config.max_train_tokens
     assert desc["vocabulary"]["size"] == config.vocab_cap + 3
     # metrics
@@ -209,7 +226,6 @@ def test_quick_profile_end_to_end_writes_a_result_with_provenance(stored):
     assert data["seeds"]["torch"] == config.seed
 
 
-@needs_data
 def test_load_result_reports_current_stale_and_missing(stored):
     config, base, _ = stored
     results = base / "results"
@@ -231,14 +247,12 @@ def test_load_result_reports_current_stale_and_missing(stored):
     assert load_result(config, tampered).status == STALE
 
 
-@needs_data
 def test_load_or_run_returns_the_current_result_without_training(stored, monkeypatch):
     config, base, _ = stored
     monkeypatch.setattr("nmst_lib.experiments.runs.run_experiment", lambda *a, **k: pytest.fail("re-ran"))
     assert load_or_run(config, results_dir=base / "results").status == CURRENT
 
 
-@needs_data
 def test_corrupted_or_truncated_checkpoint_is_a_clear_error(stored, tmp_path):
     config, base, _ = stored
     good = (base / "ckpt" / f"{config.key}.pt").read_bytes()
@@ -254,7 +268,6 @@ def test_corrupted_or_truncated_checkpoint_is_a_clear_error(stored, tmp_path):
         train(config, checkpoint_dir=tmp_path, resume=True, progress=False)
 
 
-@needs_data
 def test_resume_rejects_a_checkpoint_of_another_config_or_vocabulary(stored, monkeypatch):
     config, base, _ = stored
     ckpt_dir = base / "ckpt"
@@ -275,7 +288,6 @@ def test_resume_rejects_a_checkpoint_of_another_config_or_vocabulary(stored, mon
 # ------------------------------------------------------------------------------- resumption
 
 
-@needs_data
 def test_interrupted_run_resumes_from_the_epoch_checkpoint_to_the_same_result(reference_run, tmp_path):
     config, reference = reference_run
 
@@ -293,7 +305,6 @@ def test_interrupted_run_resumes_from_the_epoch_checkpoint_to_the_same_result(re
     assert [h["val_ppl"] for h in resumed.history] == [h["val_ppl"] for h in reference.history]
 
 
-@needs_data
 def test_killed_cli_training_resumes_mid_epoch_to_the_same_result(reference_run, tmp_path):
     """SIGKILL a `python -m nmst_lib train` subprocess in the middle of epoch 2, resume, and
     compare with the uninterrupted run."""

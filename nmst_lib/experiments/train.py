@@ -83,11 +83,11 @@ _CORPUS_CACHE: dict = {}
 
 
 def load_corpus(config: ExperimentConfig, directory=None) -> D.Corpus:
-    """The corpus named by ``config.data_source`` (cached per process; see
-    :func:`nmst_lib.data.load_wikitext2`)."""
-    import os
-
-    key = (config.data_source, str(directory), os.environ.get(D.ENV_DIR), config.substitute_seed)
+    """The corpus named by ``config.data_source`` (cached per process and local folder; see
+    :func:`nmst_lib.data.load_wikitext2` for where the data comes from: ``directory``,
+    ``$NMST_WIKITEXT_DIR``, ``$NMST_DATA_DIR/wikitext-2``, else the hub)."""
+    folder = D.wikitext_dir(directory)
+    key = (config.data_source, None if folder is None else str(folder.resolve()), config.substitute_seed)
     if key not in _CORPUS_CACHE:
         _CORPUS_CACHE[key] = D.load_wikitext2(config.data_source, directory, substitute_seed=config.substitute_seed)
     return _CORPUS_CACHE[key]
