@@ -6,8 +6,10 @@ Two kinds of figures live here.
   ``05_nmst``): p(eos | t) of the vanilla (VA), self-terminating (ST; Welleck et al. 2020,
   Def. 4.3) and non-monotonic self-terminating (NMST; Choi, Cho, Lee 2023, Def. 6, eq. 10)
   output layers for one trajectory of the eos mixing weight lambda(t), with the lower bound
-  f_lb(t) = 1 - (1 - eps)^t and the step B = -log 2 / log(1 - eps) after which f_lb > 1/2
-  (Welleck et al. 2020, proof of Thm. 4.2). The probabilities come from
+  f_lb(t) = 1 - (1 - eps)^t and the real number beta_eps = -log 2 / log(1 - eps) after which
+  f_lb > 1/2, so that from the half-life step t_{1/2} = floor(beta_eps) + 1 on eos is the most
+  probable token (Welleck et al. 2020, proof of Thm. 4.2; Chapter 4, Lemma "The half-life of
+  the lower bound"). The probabilities come from
   :mod:`nmst_lib.heads`, so the figure shows exactly what the library computes.
 * **r_nt(L) curves** (Chapter 2, ``02_consistency``, and Chapter 6, ``06_wikitext``):
   the non-termination ratio of Choi, Cho, Lee (2023), eq. 11, on log-log axes.
@@ -39,7 +41,7 @@ from matplotlib.figure import Figure
 
 from ._validation import check_eps, check_positive_int
 from .heads import eos_lower_bound, nmst_eos_log_probs, st_eos_log_probs, vanilla_log_probs
-from .theory import half_life_bound
+from .theory import first_step_eos_above_half, half_life_bound
 
 __all__ = [
     "COLORS",
@@ -327,10 +329,12 @@ def plot_eos_probabilities(
 
     The trajectory is :func:`eos_trajectory` (``shape``, ``amplitude``, ``t0``, ``t1``,
     ``baseline``); the probabilities are :func:`eos_probabilities`. Drawn in as well: the
-    lower bound f_lb(t) = 1 - (1 - eps)^t of ST and NMST (Choi, Cho, Lee 2023, Fig. 1), and
-    the step B = -log 2 / log(1 - eps) (:func:`nmst_lib.theory.half_life_bound`) after which
-    f_lb(t) > 1/2, so that eos is the most probable token of both self-terminating layers
-    (Welleck et al. 2020, proof of Thm. 4.2; Choi, Cho, Lee 2023, Thm. 3).
+    lower bound f_lb(t) = 1 - (1 - eps)^t of ST and NMST (Choi, Cho, Lee 2023, Fig. 1), and a
+    vertical line at beta_eps = -log 2 / log(1 - eps) (:func:`nmst_lib.theory.half_life_bound`),
+    where f_lb crosses 1/2, labelled with beta_eps and the half-life step t_{1/2} =
+    floor(beta_eps) + 1 (:func:`nmst_lib.theory.first_step_eos_above_half`), from which on eos
+    is the most probable token of both self-terminating layers (Welleck et al. 2020, proof of
+    Thm. 4.2; Choi, Cho, Lee 2023, proof of Thm. 3).
 
     This is the one drawing function behind :func:`eos_explorer_widget` and
     :func:`eos_explorer_html`. Returns the figure (drawn into ``ax`` when given).
@@ -354,10 +358,11 @@ def plot_eos_probabilities(
     for head in heads:
         ax.plot(steps, probs[head].cpu().numpy(), label=labels[head], zorder=on_top[head], **HEAD_STYLES[head])
     if show_half_life:
-        B = half_life_bound(eps)
-        if B <= t_max:
-            ax.axvline(B, color=COLORS["sky_blue"], linewidth=1.2)
-            ax.annotate(f"B = {B:,.0f}", xy=(B, 0.62), xycoords=("data", "axes fraction"), xytext=(-4, 0),
+        beta = half_life_bound(eps)
+        if beta <= t_max:
+            ax.axvline(beta, color=COLORS["sky_blue"], linewidth=1.2)
+            label = rf"$\beta_\epsilon$ = {beta:,.1f}" + "\n" + rf"$t_{{1/2}}$ = {first_step_eos_above_half(eps):,}"
+            ax.annotate(label, xy=(beta, 0.62), xycoords=("data", "axes fraction"), xytext=(-4, 0),
                         textcoords="offset points", ha="right", va="center", fontsize=9,
                         bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.85})
 
@@ -596,7 +601,8 @@ def eos_explorer_html(
         controls,
         dpi=dpi,
         alt="p(eos | t) of the VA, ST and NMST output layers against the step t on a log axis, "
-        "with the lower bound f_lb(t) and the step B",
+        "with the lower bound f_lb(t) and a vertical line where it crosses one half (beta_eps; the half-life "
+        "step t_1/2 is the next integer)",
     )
 
 
