@@ -241,8 +241,14 @@ def _resolve_dotted(name: str):
     """Import the longest module prefix of ``name`` and getattr the rest (a dataclass field or an
     annotated attribute of a class counts as present). Returns the object or raises LookupError."""
     import importlib
+    import importlib.util
 
     parts = name.split(".")
+    if "__main__" in parts:  # importing it would run the command line: only check that it exists
+        module = ".".join(parts[: parts.index("__main__") + 1])
+        if importlib.util.find_spec(module) is None:
+            raise LookupError(f"no module {module}")
+        return None
     obj, error = None, None
     for cut in range(len(parts), 0, -1):
         try:

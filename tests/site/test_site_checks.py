@@ -96,7 +96,7 @@ def test_in_code_column_literals_are_collected():
     assert checks.in_code_literals(html) == [("a", "decode(..., k=...)"), ("a", "beam_size")]
 
 
-GOOD_NAMES = ["nmst_lib.theory.half_life_bound", "nmst_lib.decoding", "nmst_lib.decoding.decode",
+GOOD_NAMES = ["nmst_lib.theory.half_life_bound", "nmst_lib.decoding", "nmst_lib.decoding.decode", "nmst_lib.__main__",
               "nmst_lib.decoding.Generation.tokens", "nmst_lib.decoding.Generation.to_lists"]
 BAD_NAMES = ["nmst_lib.foo", "nmst_lib.theory.foo", "nmst_lib.decoding.Generation.foo"]
 GOOD_LITERALS = ["rnt_curve", "decode(..., k=...)", "decode", "max_len", "eos_id", "vocab_size", "Ls",
