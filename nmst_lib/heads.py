@@ -13,7 +13,8 @@ log-probabilities. The three layers of the book differ only in how they treat ``
 In ST and NMST the other tokens share ``1 - p(eos)`` in proportion to a softmax over the
 NON-eos logits. Everything is computed in log space, exactly, with no clamping: the layers
 return finite eos log-probabilities and finite gradients even at ``|logit| = 1e4`` in float32,
-and float64 inputs give float64-accurate outputs.
+and float64 inputs give float64-accurate outputs. float16 / bfloat16 logits (mixed precision)
+are computed, and returned, in float32.
 
 Steps ``t = 1, 2, ...`` count continuation tokens (DESIGN.md); the functions take them along
 dim -2 of the logits ``[..., T, V]``, the :class:`OutputHead` modules also understand a context
@@ -54,17 +55,27 @@ _LOG_HALF = -math.log(2.0)
 # ----------------------------------------------------------------------------- checks
 
 
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
 def _check_logits(logits, min_dim: int = 1) -> torch.Tensor:
+    """Check ``logits`` and return them ready for the output layers: float16 / bfloat16 logits (e.g.
+    from a model under autocast) are upcast to float32, so the result is float32. In bfloat16
+    (8-bit significand) ``log1p(-eps)`` vanishes next to ``logsigmoid(z)`` for eps = 1e-4, and
+    rounding the log-probabilities breaks NMST's lower bound and the sum to one by ~1e-2."""
     if not isinstance(logits, torch.Tensor):
         raise TypeError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
     if not logits.is_floating_point():
-        raise TypeError(f"logits must be a floating-point tensor (float32 or float64), got {logits.dtype}")
+        raise TypeError(
+            f"logits must be a floating-point tensor (float32 or float64; float16/bfloat16 are computed in "
+            f"float32), got {logits.dtype}"
+        )
     if logits.dim() < min_dim:
         raise ValueError(
             f"logits must have at least {min_dim} dims ([..., T, V]: steps along dim -2, vocabulary last), "
             f"got shape {tuple(logits.shape)}"
         )
-    return logits
+    return logits.float() if logits.dtype in _HALF_DTYPES else logits
 
 
 def _check_eos_vocab(logits: torch.Tensor, eos_id) -> int:

@@ -35,6 +35,7 @@ __all__ = [
     "PreparedData",
     "TrainedRun",
     "default_device",
+    "autocast_dtype",
     "default_checkpoint_dir",
     "checkpoint_path",
     "seed_everything",
@@ -154,12 +155,25 @@ def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM:
 # ------------------------------------------------------------------------------- evaluation
 
 
-def _autocast(device: torch.device):
-    """bf16 (or fp16) autocast on CUDA, nothing on CPU; the heads always run in float32."""
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The mixed-precision dtype of training and evaluation on ``device``: bfloat16 on a CUDA
+    device that supports it, else float16 (then :func:`train` scales the loss with a
+    ``GradScaler`` against gradient underflow); None on the CPU (float32 throughout). The output
+    layer runs in float32 either way (:class:`nmst_lib.models.RecurrentLM`; the heads upcast
+    half-precision logits)."""
+    device = torch.device(device)
     if device.type != "cuda":
+        return None
+    with torch.cuda.device(device):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _autocast(device: torch.device):
+    """Autocast to :func:`autocast_dtype` on CUDA, nothing on the CPU."""
+    dtype = autocast_dtype(device)
+    if dtype is None:
         return contextlib.nullcontext()
-    dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.autocast("cuda", dtype=dtype)
+    return torch.autocast(device.type, dtype=dtype)
 
 
 @torch.no_grad()
@@ -332,7 +346,8 @@ def train(
     ``(seed, epoch)``; gradient-norm clipping; after the epoch the validation perplexity
     decides: improvement -> remember these weights; none -> multiply the lr by ``lr_decay``, and
     stop after ``patience`` such epochs in a row. The returned model holds the best epoch's
-    weights. On CUDA the forward pass runs under bf16/fp16 autocast (the head in float32).
+    weights. On CUDA the forward pass runs under autocast to :func:`autocast_dtype` (bfloat16, or
+    float16 with a ``GradScaler``); the output layer runs in float32.
 
     A checkpoint ``<checkpoint_dir>/<key>.pt`` is written atomically after every epoch (and
     every ``checkpoint_every`` batches when given). ``resume=True`` continues from it (also a
@@ -355,8 +370,8 @@ def train(
     model = build_model_for(config, len(vocab)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
                                   weight_decay=config.weight_decay)
-    use_scaler = device.type == "cuda" and not torch.cuda.is_bf16_supported()
-    scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+    # float16 has 5 exponent bits: small gradients underflow unless the loss is scaled (bfloat16 needs no scaler)
+    scaler = torch.amp.GradScaler(device.type) if autocast_dtype(device) == torch.float16 else None
     prog = _Progress(lr=config.lr)
     best_state = _clone_state(model)
     resumed_from = None
