@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need and run all of them:
 #   library unit tests, chapter notebooks under nbval, the website build (zero warnings),
-#   and the headless-browser checks of the built site.
+#   the headless-browser checks of the built site, and the Colab simulation (scripts/colab_sim.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Local data for the chapters and the real-data tests (README, "Data"): on the project's machines
@@ -19,6 +19,10 @@ fi
 
 # Build the website first (it executes every chapter); the browser tests check the result.
 bash scripts/book.sh
+
+# Colab simulation: each chapter alone in an empty folder, in a fresh Python with torch but without
+# nmst_lib, network cut, its first cell installing the freshly built wheel (about 3 minutes).
+bash scripts/colab_sim.sh
 
 export NMST_REQUIRE_SITE=1   # site tests fail (instead of skipping) when the build is missing
 .venv/bin/python -m pytest tests chapters --nbval-lax -q -p no:cacheprovider "$@"
