@@ -1,6 +1,8 @@
 """WikiText-2 experiments of Chapter 6 (06_wikitext): configs and profiles (:mod:`.config`),
-training with checkpoints (:mod:`.train`), the results store (:mod:`.results`) and end-to-end
-runs and suites (:mod:`.runs`). After Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G."""
+training with checkpoints (:mod:`.train`), the results store (:mod:`.results`), end-to-end
+runs and suites (:mod:`.runs`), and what a reader can do with the results: where they come
+from, retraining, and a time estimate for the paper profile (``nmst_lib.experiments.choices``).
+After Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G."""
 
 from .config import (
     ALL_DECODERS,
@@ -17,7 +19,17 @@ from .config import (
     parse_decoder,
     validate_config,
 )
-from .results import CURRENT, MISSING, STALE, StoredResult, load_result, result_path, save_result
+from .results import (
+    CURRENT,
+    MISSING,
+    STALE,
+    StoredResult,
+    default_results_dir,
+    load_result,
+    published_results_dir,
+    result_path,
+    save_result,
+)
 from .runs import (
     decode_at_scale,
     eos_probability_traces,
@@ -29,6 +41,7 @@ from .runs import (
     run_suite,
     suite_configs,
 )
+from .choices import TimeEstimate, describe_results, estimate_profile_time, run_choices
 from .train import (
     CheckpointError,
     PreparedData,
@@ -45,6 +58,8 @@ __all__ = [
     "ALL_DECODERS", "CPU_EPS", "PAPER_EPS", "PROFILES", "DecoderSpec", "ExperimentConfig", "config_from_dict",
     "config_hash", "default_decoders", "training_hash", "make_config", "parse_decoder", "validate_config",
     "CURRENT", "MISSING", "STALE", "StoredResult", "load_result", "result_path", "save_result",
+    "default_results_dir", "published_results_dir",
+    "TimeEstimate", "describe_results", "estimate_profile_time", "run_choices",
     "decode_at_scale", "eos_probability_traces", "evaluate_trained", "load_or_run", "load_trained", "rnt_grid",
     "run_experiment", "run_suite", "suite_configs",
     "CheckpointError", "PreparedData", "TrainedRun", "checkpoint_path", "evaluate_perplexity", "load_checkpoint",

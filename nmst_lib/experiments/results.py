@@ -6,7 +6,7 @@ Where results live:
 
 * **Published results** (:func:`published_results_dir`): the committed results the website
   shows (the ``cpu`` profile) are *package data*, ``nmst_lib/published_results/wikitext2/``,
-  read with :mod:`importlib.resources`. They travel inside the wheel, so a ``pip install``
+  read with ``importlib.resources``. They travel inside the wheel, so a ``pip install``
   or a Colab notebook that installs the library from git has them without the repository.
 * **New runs** are written to :func:`default_results_dir`: ``$NMST_RESULTS_DIR`` if set;
   else, in a source checkout (an editable install inside a git clone, which is how the
@@ -76,7 +76,7 @@ _PUBLISHED_FOLDER = "published_results"
 @functools.lru_cache(maxsize=None)
 def published_results_dir() -> Path:
     """The results committed with the library: ``nmst_lib/published_results`` as package data
-    (:mod:`importlib.resources`), shipped in the wheel. Holds ``wikitext2/<key>.json`` for the
+    (``importlib.resources``), shipped in the wheel. Holds ``wikitext2/<key>.json`` for the
     ``cpu`` profile that Chapter 6 (06_wikitext) and the website show. Read-only in an
     installed package; a source checkout writes its regenerated results here."""
     root = importlib.resources.files("nmst_lib").joinpath(_PUBLISHED_FOLDER)
