@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need and run all of them:
-#   library unit tests, chapter notebooks under nbval, the website build (zero warnings),
+#   library unit tests (first from a plain clone without data or network, scripts/test_plain_clone.sh,
+#   then with the real data), chapter notebooks under nbval, the website build (zero warnings),
 #   the headless-browser checks of the built site, and the Colab simulation (scripts/colab_sim.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +9,10 @@ cd "$(dirname "$0")/.."
 # ../shared/data holds wikitext-2/ and gpt2-tokenizer/; a value the user set is kept.
 if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_DIR="$(cd ../shared/data && pwd)"; fi
 bash scripts/setup.sh
+
+# The library's unit tests as a fresh user runs them: a plain clone of this commit, no ../shared,
+# no NMST_* variables, no network (scripts/test_plain_clone.sh; about 1.5 minutes on 2 cores).
+bash scripts/test_plain_clone.sh
 
 # A real browser for the site checks (Debian's chromium + chromedriver).
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
