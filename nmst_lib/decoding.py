@@ -85,6 +85,28 @@ class Generation:
     non-terminating sequences of Welleck et al. (2020), Def. 3.2. ``scores[i]`` is the sum
     of the model's log-probabilities of the returned tokens (Welleck et al. 2020, Def. A.1),
     in the dtype of the model's log-probabilities (at least float32). Chapter 1 (01_decoding).
+
+    ``first_finish_steps[i]`` (LongTensor ``[B]``) is the first step t (1-based, DESIGN.md's
+    steps) at which the decoder had a finished sequence for context ``i``, or ``max_len + 1``
+    when it had none within ``max_len`` (the sentinel "never": the convention of
+    :func:`nmst_lib.metrics.first_eos_steps`, so ``first_finish_steps[i] <= L`` reads
+    "terminated under step limit L" for every ``L <= max_len``). It is the quantity behind
+    r_nt(L) (Choi, Cho, Lee 2023, eq. 11; Chapters 2 and 6, ``02_consistency``,
+    ``06_wikitext``):
+
+    * beam search (Welleck et al. 2020, Def. A.2): the first step at which *any* hypothesis
+      of the row entered the finished set. The search is the same up to step L whatever the
+      limit ``max_len >= L``, so the decode with limit L terminates exactly when this is
+      <= L; the *returned* sequence may be a better-scoring one that finished later, so
+      ``lengths`` can exceed it and must not be read as the termination step under a
+      smaller limit;
+    * token-level decoders (greedy, sampling): their own first-eos step, i.e. ``lengths[i]``
+      where ``terminated[i]`` and ``max_len + 1`` elsewhere (one decode to ``max_len`` gives
+      the whole r_nt curve).
+
+    ``terminated[i]`` is always ``first_finish_steps[i] <= max_len``. ``None`` only in a
+    Generation built by hand without it (:mod:`nmst_lib.metrics` then reads first-eos steps
+    from ``tokens``, and refuses for ``method == "beam"``).
     """
 
     tokens: torch.Tensor
@@ -94,6 +116,7 @@ class Generation:
     eos_id: int
     method: str
     scores: torch.Tensor
+    first_finish_steps: torch.Tensor | None = None
 
     def to_lists(self) -> list[list[int]]:
         """The generated sequences as Python lists of token ids (without padding)."""
@@ -462,7 +485,9 @@ def decode(
     :func:`sample_tokens` for devices); ``generator=None`` uses torch's global RNG.
     ``generator`` is ignored by greedy and beam search. Rows that emit eos leave the working
     batch (``model.select``), so a step costs what the unfinished rows cost, and decoding
-    ends as soon as every row has finished. Returns a :class:`Generation` on CPU.
+    ends as soon as every row has finished. Returns a :class:`Generation` on CPU; its
+    ``first_finish_steps`` give r_nt(L) for every L <= ``max_len`` from this one decode,
+    also for beam search, whose returned length does not (see :class:`Generation`).
     """
     vocab_size, eos_id = _check_model(model)
     _check_contexts(contexts, vocab_size)
@@ -471,10 +496,12 @@ def decode(
     _check_generator(generator)
 
     if method == "beam":
-        tokens, lengths, terminated, scores = _beam_search(model, contexts, beam_size, max_len, vocab_size, eos_id)
+        tokens, lengths, terminated, scores, first_finish = _beam_search(
+            model, contexts, beam_size, max_len, vocab_size, eos_id)
     else:
         choose = _token_chooser(method, k, p, eos_id if consistent else None, generator)
         tokens, lengths, terminated, scores = _decode_token_by_token(model, contexts, choose, max_len, vocab_size, eos_id)
+        first_finish = torch.where(terminated, lengths, torch.full_like(lengths, max_len + 1))
     return Generation(
         tokens=tokens.cpu(),
         lengths=lengths.cpu(),
@@ -483,6 +510,7 @@ def decode(
         eos_id=eos_id,
         method=method,
         scores=scores.cpu(),
+        first_finish_steps=first_finish.cpu(),
     )
 
 
@@ -587,6 +615,10 @@ def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int,
     Working batch: the live prefixes of all unfinished contexts, grouped by context in rank
     order; ``model.select`` repeats and reorders their states, and finished contexts leave.
     Tokens are recovered at the end from back-pointers (one loop over time).
+
+    Also returns each context's first finish step: the first t (1-based) at which a kept
+    expansion ended in eos, ``max_len + 1`` if none did. Nothing before step L depends on
+    ``max_len >= L``, so a search limited to L steps terminates iff this is <= L.
     """
     batch, width = contexts.shape[0], beam_size
     per_row = min(width, vocab_size)  # a row contributes at most this many expansions
@@ -604,6 +636,7 @@ def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int,
     best_score = torch.full((batch,), _NEG_INF, dtype=dtype, device=device)
     n_finished = torch.zeros(batch, **long)
     has_finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    first_finish = torch.full((batch,), max_len + 1, **long)  # max_len + 1: never finished
 
     # Working rows (one per live prefix) and the contexts still being decoded.
     active = torch.arange(batch, device=device)  # context id of each active slot a
@@ -647,6 +680,7 @@ def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int,
         best_score[improved] = first_end_score[improves]
         end_step[improved] = t
         end_position[improved] = first_end[improves]
+        first_finish[active[any_end & ~has_finished[active]]] = t + 1
         has_finished[active] |= any_end
         n_finished[active] += ends.sum(dim=1)
         # 5. Contexts that stop; those with an empty S return their best live prefix.
@@ -673,7 +707,7 @@ def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int,
         _check_step_log_probs(log_probs, next_tokens.numel(), vocab_size, "step")
 
     tokens = _follow_back_pointers(kept_tokens, kept_parents, end_step, end_position)
-    return tokens, end_step + 1, has_finished, best_score
+    return tokens, end_step + 1, has_finished, best_score, first_finish
 
 
 def _follow_back_pointers(kept_tokens, kept_parents, end_step, end_position):

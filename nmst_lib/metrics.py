@@ -1,13 +1,19 @@
 """Metrics of the book: non-termination ratio r_nt(L), its whole curve, lengths, perplexity.
 
 * r_nt(L) (Choi, Cho, Lee 2023, eq. 11; Welleck et al. 2020's r_L, Section 5) estimates
-  q(|y| > L), the probability that a decoder's continuation has no eos among its first L
-  tokens; one decode to ``max_len`` gives the curve for every L <= max_len (DESIGN.md).
+  q(|y| > L), the probability that a decoder run with step limit L returns a continuation
+  without eos. One decode to ``max_len`` gives the curve for every L <= max_len (DESIGN.md,
+  "Canonical definitions"): for token-level decoders (greedy, sampling) through each row's
+  first eos, for beam search (Welleck et al. 2020, Def. A.2) through each row's first
+  *finished hypothesis* (``Generation.first_finish_steps``), NOT the length of the
+  sequence it returned: with limit L beam search returns the best hypothesis finished by
+  step L, while the run to ``max_len`` may return a later, better-scoring one
+  (:func:`termination_steps`).
 * Perplexity is exp of the mean negative log-likelihood per scored token.
 
 All functions take a :class:`nmst_lib.decoding.Generation` (or anything with its ``tokens``,
-``max_len`` and ``eos_id`` fields) and never look at the model. Chapters 2 and 6
-(``02_consistency``, ``06_wikitext``).
+``max_len`` and ``eos_id`` fields, and optionally ``method`` and ``first_finish_steps``) and
+never look at the model. Chapters 2 and 6 (``02_consistency``, ``06_wikitext``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from ._validation import check_positive_int
 
 __all__ = [
     "first_eos_steps",
+    "termination_steps",
     "non_termination_ratio",
     "rnt_curve",
     "length_histogram",
@@ -44,9 +51,12 @@ def _generation_fields(generation):
 def first_eos_steps(generation) -> torch.Tensor:
     """Step (1-based) of the first eos in each row, or ``max_len + 1`` when a row has none.
 
-    With DESIGN.md's steps (t = 1 is the first generated token), a row "has not terminated
-    within L" exactly when its value is > L; this is the quantity behind r_nt(L)
-    (Choi et al. 2023, eq. 11). Read from ``generation.tokens`` (PAD = -1 after the end).
+    Read from ``generation.tokens`` (PAD = -1 after the end): the length (eos included,
+    Welleck et al. 2020, Def. 2.1) of each *returned* continuation. For token-level decoders
+    (greedy, sampling) a row "has not terminated within L" exactly when its value is > L, the
+    quantity behind r_nt(L) (Choi et al. 2023, eq. 11). For beam search it is only the
+    returned sequence's length: the run with a smaller limit L may terminate although this is
+    > L (a hypothesis finished earlier; see :func:`termination_steps`, which r_nt uses).
     Returns a LongTensor [B] on the tokens' device (Chapter 2, ``02_consistency``).
     """
     tokens, max_len, eos_id = _generation_fields(generation)
@@ -54,6 +64,41 @@ def first_eos_steps(generation) -> torch.Tensor:
     has_eos = is_eos.any(dim=1)
     first = is_eos.long().argmax(dim=1) + 1  # argmax returns the first maximum
     return torch.where(has_eos, first, torch.full_like(first, max_len + 1))
+
+
+def termination_steps(generation) -> torch.Tensor:
+    """Per row, the smallest step limit L under which the decoder terminates: a LongTensor [B]
+    with values in 1..max_len, and ``max_len + 1`` for rows that do not terminate within
+    ``max_len``. r_nt(L) is the fraction of rows whose value is > L (Choi, Cho, Lee 2023,
+    eq. 11; Chapters 2 and 6, ``02_consistency``, ``06_wikitext``).
+
+    It is ``generation.first_finish_steps`` when present (every :func:`nmst_lib.decoding.decode`
+    fills it): for beam search (Welleck et al. 2020, Def. A.2) the first step at which any
+    hypothesis finished, since the beam is the same up to step L whatever the limit >= L and
+    the run limited to L returns a finished sequence iff one finished by step L; for
+    token-level decoders their first eos. Without the field it falls back to
+    :func:`first_eos_steps` of the tokens, except for ``method == "beam"``, where the
+    returned lengths overstate r_nt(L) for L < max_len: that raises ``ValueError``.
+    """
+    tokens, max_len, _ = _generation_fields(generation)
+    steps = getattr(generation, "first_finish_steps", None)
+    if steps is None:
+        if getattr(generation, "method", None) == "beam":
+            raise ValueError(
+                "a beam-search Generation needs first_finish_steps (the first step at which any hypothesis "
+                "finished; decode() fills it): the returned lengths give r_nt(L) only at L = max_len")
+        return first_eos_steps(generation)
+    if not isinstance(steps, torch.Tensor) or steps.is_floating_point() or steps.is_complex() \
+            or steps.dtype == torch.bool:
+        raise TypeError(f"generation.first_finish_steps must be an integer tensor [B] (or None), "
+                        f"got {type(steps).__name__ if not isinstance(steps, torch.Tensor) else steps.dtype}")
+    if steps.shape != (tokens.shape[0],):
+        raise ValueError(f"generation.first_finish_steps must have shape [B] = ({tokens.shape[0]},), "
+                         f"got {tuple(steps.shape)}")
+    if steps.numel() and (int(steps.min()) < 1 or int(steps.max()) > max_len + 1):
+        raise ValueError(f"generation.first_finish_steps must hold steps in 1..max_len = {max_len}, or "
+                         f"max_len + 1 = {max_len + 1} for 'never'; got range [{int(steps.min())}, {int(steps.max())}]")
+    return steps.long()
 
 
 def _check_L(L, max_len: int) -> int:
@@ -68,13 +113,16 @@ def _check_L(L, max_len: int) -> int:
 
 
 def non_termination_ratio(generation, L: int) -> float:
-    """r_nt(L): the fraction of rows with no eos among their first L generated tokens.
+    """r_nt(L): the fraction of rows that the decoder, run with step limit L, does not terminate.
 
     Choi, Cho, Lee (2023), eq. 11 (r_nt(L) = q(|y| > L)); Welleck et al. (2020), Section 5
-    (r_L, the fraction of continuations longer than L). Requires 1 <= L <= generation.max_len,
-    since steps beyond max_len were not decoded (Chapter 2, ``02_consistency``).
+    (r_L, the fraction of continuations longer than L). For token-level decoders: rows with no
+    eos among their first L tokens; for beam search: rows where no hypothesis finished by
+    step L, which can differ from the returned length (:func:`termination_steps`). Requires
+    1 <= L <= generation.max_len, since steps beyond max_len were not decoded (Chapter 2,
+    ``02_consistency``; Chapter 6, ``06_wikitext``).
     """
-    steps = first_eos_steps(generation)
+    steps = termination_steps(generation)
     L = _check_L(L, int(generation.max_len))
     if steps.numel() == 0:
         raise ValueError("the generation has no rows: r_nt(L) is undefined")
@@ -84,12 +132,16 @@ def non_termination_ratio(generation, L: int) -> float:
 def rnt_curve(generation, Ls) -> np.ndarray:
     """r_nt(L) for every L in ``Ls`` from one decode: a float64 numpy array of len(Ls).
 
-    Choi, Cho, Lee (2023), eq. 11 and Figures 2 and 7 (r_nt as a function of L). The first
-    eos steps are sorted once and each L is located by ``searchsorted``: the number of rows
-    terminated within L is the number of first-eos steps <= L (Chapters 2 and 6).
+    Choi, Cho, Lee (2023), eq. 11 and Figures 2 and 7 (r_nt as a function of L). The
+    termination steps (:func:`termination_steps`: first eos for token-level decoders, first
+    finished hypothesis for beam search, Welleck et al. 2020, Def. A.2) are sorted once and
+    each L is located by ``searchsorted``: the number of rows terminated within L is the
+    number of steps <= L. So ``rnt_curve(decode(..., max_len=L_max), Ls)`` equals
+    ``non_termination_ratio(decode(..., max_len=L), L)`` for every L in ``Ls``, beam search
+    included (Chapters 2 and 6, ``02_consistency``, ``06_wikitext``).
     Every L must satisfy 1 <= L <= generation.max_len.
     """
-    steps = first_eos_steps(generation)
+    steps = termination_steps(generation)
     max_len = int(generation.max_len)
     if steps.numel() == 0:
         raise ValueError("the generation has no rows: r_nt(L) is undefined")
@@ -113,13 +165,17 @@ def _check_Ls(Ls, max_len: int) -> np.ndarray:
 
 
 def length_histogram(generation) -> np.ndarray:
-    """Counts of continuation lengths: ``hist[l]`` = rows whose first eos is at step l.
+    """Counts of returned continuation lengths: ``hist[l]`` = rows whose first eos is at step l.
 
     Index l runs over 0..max_len + 1: ``hist[0]`` is always 0 (every continuation has at
     least one token), ``hist[1..max_len]`` counts terminated rows by length (eos included,
     Welleck et al. 2020, Def. 2.1), ``hist[max_len + 1]`` counts rows with no eos within
-    max_len. ``hist[L+1:].sum() / B`` is r_nt(L) (Chapters 2 and 6; compare Welleck et al.
-    2020, Figure 4).
+    max_len (Chapters 2 and 6, ``02_consistency``, ``06_wikitext``; compare Welleck et al.
+    2020, Figure 4). For token-level decoders ``hist[L+1:].sum() / B`` is r_nt(L) for every
+    L <= max_len. For beam search these are the lengths of the sequences returned with limit
+    ``max_len``: ``hist[max_len + 1] / B`` is r_nt(max_len), but for smaller L the tail
+    overstates r_nt(L) (the run with limit L may return an earlier-finished hypothesis);
+    use :func:`rnt_curve`.
     """
     steps = first_eos_steps(generation)
     max_len = int(generation.max_len)

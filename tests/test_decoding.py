@@ -121,22 +121,25 @@ def reference_beam(table, eos_id, last, width, max_len):
 
     Candidates are listed prefix by prefix (in beam order), token by token; a stable sort by
     score keeps that order among ties. Returns (tokens, terminated, score, live sizes of
-    the beam before every further step).
+    the beam before every further step, first step at which a sequence finished or
+    max_len + 1).
     """
     beam = [((), 0.0, last)]  # (prefix, score, last token)
-    finished, live_sizes = [], []
+    finished, live_sizes, first_finish = [], [], max_len + 1
     for t in range(max_len):
         candidates = [(prefix + (v,), score + table[prev][v], v) for prefix, score, prev in beam for v in range(len(table))]
         kept = sorted(candidates, key=lambda c: -c[1])[:width]
         finished += [c for c in kept if c[2] == eos_id]
+        if finished and first_finish > max_len:
+            first_finish = t + 1
         beam = [c for c in kept if c[2] != eos_id]
         if len(finished) >= width or not beam or t + 1 == max_len:
             break
         live_sizes.append(len(beam))
     if finished:
         best = max(finished, key=lambda c: c[1])  # first maximum: earliest found
-        return list(best[0]), True, best[1], live_sizes
-    return list(beam[0][0]), False, beam[0][1], live_sizes
+        return list(best[0]), True, best[1], live_sizes, first_finish
+    return list(beam[0][0]), False, beam[0][1], live_sizes, first_finish
 
 
 def top_k_set(probs, k, eos_id=None):
@@ -574,9 +577,10 @@ def test_beam_search_equals_the_reference_of_definition_a2(seed, vocab_size, wid
     table = model.transition_log_probs.tolist()
     live_sizes = []
     for i, last in enumerate(contexts[:, -1].tolist()):
-        seq, terminated, score, sizes = reference_beam(table, model.eos_id, last, width, max_len)
+        seq, terminated, score, sizes, first_finish = reference_beam(table, model.eos_id, last, width, max_len)
         assert gen.to_lists()[i] == seq
         assert bool(gen.terminated[i]) == terminated
+        assert int(gen.first_finish_steps[i]) == first_finish
         assert float(gen.scores[i]) == score or math.isclose(float(gen.scores[i]), score, rel_tol=1e-12)
         live_sizes.append(sizes)
     # The working batch holds exactly the live prefixes of the contexts still searching.
@@ -622,6 +626,49 @@ def test_beam_search_stops_at_beam_size_finished_even_if_a_live_prefix_scores_hi
     gen2 = decode(model, torch.tensor([[0]]), "beam", beam_size=2, max_len=10)
     assert gen2.to_lists() == [[2]] and gen2.terminated[0]
     assert gen2.scores[0].item() == pytest.approx(math.log(0.45), rel=1e-12)
+
+
+def test_beam_search_first_finish_step_comes_before_a_later_better_returned_sequence():
+    # eos = 2. From 0: token 1 0.7, eos 0.3; from 1: eos 0.9, token 1 0.1. Width 2: step 1
+    # keeps [1] (0.7) and [eos] (0.3, to S: the first finish, step 1); step 2 keeps [1, eos]
+    # (0.63, to S) and [1, 1] (0.07): S is full, and the best of S, [1, eos], is returned.
+    model = markov_from_probs([[0.0, 0.7, 0.3], [0.0, 0.1, 0.9], [0.5, 0.5, 0.0]])
+    gen = decode(model, torch.tensor([[0]]), "beam", beam_size=2, max_len=10)
+    assert gen.to_lists() == [[1, 2]] and gen.terminated.tolist() == [True]
+    assert gen.first_finish_steps.tolist() == [1] and gen.lengths.tolist() == [2]
+    # With step limit 1 the search is the same up to step 1 and returns [eos]: terminated.
+    cut = decode(model, torch.tensor([[0]]), "beam", beam_size=2, max_len=1)
+    assert cut.to_lists() == [[2]] and cut.terminated.tolist() == [True] and cut.first_finish_steps.tolist() == [1]
+
+
+def test_beam_search_first_finish_sentinel_is_max_len_plus_one_when_nothing_finished():
+    model = markov_from_probs([[0.6, 0.4, 0.0], [0.3, 0.7, 0.0], [0.5, 0.5, 0.0]])  # p(eos) = 0
+    gen = decode(model, torch.tensor([[2], [0], [1]]), "beam", beam_size=2, max_len=4)
+    assert gen.first_finish_steps.tolist() == [5, 5, 5] and not gen.terminated.any()
+
+
+@pytest.mark.parametrize("method, kwargs", [("greedy", {}), ("ancestral", {}), ("top-k", dict(k=2)),
+                                            ("nucleus", dict(p=0.7)), ("beam", dict(beam_size=1)),
+                                            ("beam", dict(beam_size=3))])
+def test_first_finish_steps_shape_dtype_and_sentinel(method, kwargs):
+    for seed in range(4):
+        model = seeded_table(seed, 6, temperature=0.3, eos_boost=seed - 2.0)
+        contexts = all_contexts(6)
+        gen = decode(model, contexts, method, max_len=5, generator=torch.Generator().manual_seed(seed), **kwargs)
+        ff = gen.first_finish_steps
+        assert ff.dtype == torch.long and ff.shape == (contexts.shape[0],) and ff.device.type == "cpu"
+        assert int(ff.min()) >= 1 and int(ff.max()) <= gen.max_len + 1
+        assert torch.equal(gen.terminated, ff <= gen.max_len)  # max_len + 1 = never finished
+        if method == "beam":
+            assert bool((ff[gen.terminated] <= gen.lengths[gen.terminated]).all())
+        if method != "beam" or kwargs["beam_size"] == 1:  # token-level (and width 1 = greedy): the first eos
+            assert torch.equal(ff, torch.where(gen.terminated, gen.lengths, gen.max_len + 1))
+
+
+def test_generation_built_without_first_finish_steps_keeps_none():
+    gen = Generation(tokens=torch.tensor([[1, 2]]), lengths=torch.tensor([2]), terminated=torch.tensor([True]),
+                     max_len=2, eos_id=2, method="greedy", scores=torch.zeros(1))
+    assert gen.first_finish_steps is None and gen.to_lists() == [[1, 2]]
 
 
 # ----------------------------------------------------------------------------- randomness

@@ -167,6 +167,28 @@ def test_parse_decoder_names():
     assert parse_decoder("top-2").sampling and not parse_decoder("greedy").sampling
 
 
+def test_decode_at_scale_beam_rnt_equals_one_search_per_step_limit():
+    """The stored beam curve is r_nt(L) of a search limited to L steps (Welleck et al. 2020,
+    Def. A.2), from one decode in chunks; per-context first finishes are stored (null = never)."""
+    from nmst_lib.decoding import decode
+    from nmst_lib.experiments.runs import decode_at_scale
+    from nmst_lib.markov import random_markov_lm
+    from nmst_lib.metrics import non_termination_ratio
+
+    model = random_markov_lm(6, temperature=0.25, generator=torch.Generator().manual_seed(9))
+    contexts = torch.arange(6).repeat(3)[:, None]
+    Ls = list(range(1, 13))
+    res = decode_at_scale(model, contexts, "beam-3", max_len=12, Ls=Ls, batch_size=5)
+    per_limit = [non_termination_ratio(decode(model, contexts, "beam", beam_size=3, max_len=L), L) for L in Ls]
+    assert res["rnt"] == pytest.approx(per_limit, abs=1e-12)
+    full = decode(model, contexts, "beam", beam_size=3, max_len=12)
+    ff = full.first_finish_steps.tolist()
+    assert res["first_finish_steps"] == [s if s <= 12 else None for s in ff]
+    assert res["lengths"] == full.lengths.tolist() and res["terminated"] == full.terminated.tolist()
+    assert any(s is not None and s < n for s, n in zip(res["first_finish_steps"], res["lengths"]))  # precondition
+    assert "first_finish_steps" not in decode_at_scale(model, contexts, "greedy", max_len=12, Ls=Ls)
+
+
 # ------------------------------------------------------------------------- end to end
 
 
@@ -200,8 +222,18 @@ def test_quick_profile_end_to_end_writes_a_result_with_provenance(stored):
         assert all(a >= b for a, b in zip(dec["rnt"], dec["rnt"][1:]))  # r_nt(L) is non-increasing
         hist = dict(zip(dec["length_histogram"]["values"], dec["length_histogram"]["counts"]))
         assert sum(hist.values()) + dec["not_terminated"] == n
+        if dec["method"] == "beam":  # r_nt(L) from the first finished hypothesis, not the returned length
+            ff = dec["first_finish_steps"]
+            assert len(ff) == n and [s is not None for s in ff] == dec["terminated"]
+            assert all(s <= v for s, v in zip(ff, dec["lengths"]) if s is not None)
+            for L, r in zip(dec["L"], dec["rnt"]):
+                assert r == pytest.approx(sum(s is None or s > L for s in ff) / n)
+                assert r <= (n - sum(c for v, c in hist.items() if v <= L)) / n + 1e-12
+        else:
+            assert "first_finish_steps" not in dec
         for L, r in zip(dec["L"], dec["rnt"]):
-            assert r == pytest.approx((n - sum(c for v, c in hist.items() if v <= L)) / n)
+            if dec["method"] != "beam" or L == dec["max_len"]:
+                assert r == pytest.approx((n - sum(c for v, c in hist.items() if v <= L)) / n)
         assert dec["peak_memory"]["mib"] > 0
         # per-context lengths agree with the histogram; examples are the first contexts
         assert len(dec["lengths"]) == len(dec["terminated"]) == n

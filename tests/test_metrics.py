@@ -10,8 +10,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmst_lib.decoding import PAD, Generation
-from nmst_lib.metrics import first_eos_steps, length_histogram, non_termination_ratio, perplexity, rnt_curve
+from nmst_lib.decoding import PAD, Generation, decode
+from nmst_lib.markov import MarkovLM, random_markov_lm
+from nmst_lib.metrics import (
+    first_eos_steps,
+    length_histogram,
+    non_termination_ratio,
+    perplexity,
+    rnt_curve,
+    termination_steps,
+)
 
 EOS = 4
 
@@ -138,6 +146,153 @@ def test_metrics_reject_bad_arguments():
         rnt_curve(HAND, [1.5, 2.0])
     with pytest.raises(TypeError, match="Generation"):
         non_termination_ratio(torch.zeros(3, 4), 1)
+
+
+# --------------------------------------------------------------------------- beam search: r_nt(L)
+#
+# With step limit L, beam search (Welleck et al. 2020, Def. A.2) returns the best hypothesis
+# finished by step L; the run to L_max may return a later, better-scoring one. The search is
+# the same up to step L whatever the limit, so the run limited to L terminates iff some
+# hypothesis finished by step L (Generation.first_finish_steps), not iff the returned
+# sequence of the longer run is at most L long.
+
+
+def _peaked_table(seed: int, vocab_size: int, temperature: float) -> MarkovLM:
+    """A random bigram table with logits z / temperature, z ~ N(0, I): small temperatures
+    (large logit scales) give peaked rows, where a later, better-scoring finish is common."""
+    return random_markov_lm(vocab_size, temperature=temperature, generator=torch.Generator().manual_seed(seed))
+
+
+def _contexts(vocab_size: int) -> torch.Tensor:
+    return torch.arange(vocab_size).repeat(2)[:, None]  # every token as the context, twice
+
+
+def _rnt_per_step_limit(model, contexts, beam_size: int, Ls) -> np.ndarray:
+    """The definition: one beam search per step limit L, r_nt(L) of that run."""
+    return np.array([non_termination_ratio(decode(model, contexts, "beam", beam_size=beam_size, max_len=L), L)
+                     for L in Ls])
+
+
+def _counts(ratios, rows: int) -> list[int]:
+    """Fractions of ``rows`` as exact row counts (rnt_curve computes 1 - terminated / B)."""
+    return np.rint(np.asarray(ratios) * rows).astype(int).tolist()
+
+
+def _assert_one_decode_gives_every_limit(model, contexts, beam_size: int, max_len: int) -> None:
+    full = decode(model, contexts, "beam", beam_size=beam_size, max_len=max_len)
+    Ls = list(range(1, max_len + 1))
+    curve = rnt_curve(full, Ls)
+    expected = _rnt_per_step_limit(model, contexts, beam_size, Ls)
+    np.testing.assert_allclose(curve, expected, rtol=0, atol=1e-12)
+    assert _counts(curve, len(contexts)) == _counts(expected, len(contexts))
+    ff = full.first_finish_steps
+    for L in Ls:
+        limited = decode(model, contexts, "beam", beam_size=beam_size, max_len=L)
+        assert non_termination_ratio(full, L) == non_termination_ratio(limited, L)
+        # row by row: the limited search terminates iff a hypothesis finished by step L,
+        # and it records the same first finish (or its own sentinel L + 1)
+        assert torch.equal(limited.terminated, ff <= L)
+        assert torch.equal(limited.first_finish_steps, torch.where(ff <= L, ff, L + 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), vocab_size=st.integers(3, 7), beam_size=st.sampled_from([1, 2, 3, 4, 6]),
+       temperature=st.sampled_from([0.1, 0.2, 0.35, 0.5, 1.0]), max_len=st.integers(1, 12))
+def test_beam_rnt_curve_of_one_decode_equals_one_decode_per_step_limit(seed, vocab_size, beam_size, temperature,
+                                                                        max_len):
+    model = _peaked_table(seed, vocab_size, temperature)
+    _assert_one_decode_gives_every_limit(model, _contexts(vocab_size), beam_size, max_len)
+
+
+@pytest.mark.parametrize("beam_size", [2, 3, 4, 8])
+def test_beam_rnt_curve_equals_one_decode_per_step_limit_on_peaked_tables_for_many_L(beam_size):
+    for seed in range(6):
+        model = _peaked_table(seed, 6, temperature=0.25)
+        _assert_one_decode_gives_every_limit(model, _contexts(6), beam_size, max_len=25)
+
+
+def test_reading_beam_r_nt_off_the_returned_lengths_overstates_it_on_peaked_tables():
+    """The old rule (a row counts as unterminated at L when its returned sequence is longer than
+    L) differs from the definition on these models: it is never below it, and above it at some
+    L for every beam size >= 2; for width 1 (greedy) both rules agree."""
+    max_len, Ls = 15, list(range(1, 16))
+    for beam_size in (1, 2, 3, 4):
+        differs = 0
+        for seed in range(10):
+            model, contexts = _peaked_table(seed, 6, temperature=0.25), _contexts(6)
+            full = decode(model, contexts, "beam", beam_size=beam_size, max_len=max_len)
+            old_rule = np.array([float((first_eos_steps(full) > L).double().mean()) for L in Ls])
+            right = _rnt_per_step_limit(model, contexts, beam_size, Ls)
+            assert bool(np.all(old_rule >= right - 1e-12))
+            differs += int(np.any(np.abs(old_rule - right) > 1e-12))
+            np.testing.assert_allclose(rnt_curve(full, Ls), right, rtol=0, atol=1e-12)
+        if beam_size == 1:
+            assert differs == 0
+        else:
+            assert differs >= 3, f"beam-{beam_size}: the old rule differed on only {differs} of 10 tables"
+
+
+def test_beam_r_nt_on_a_hand_made_table_where_a_later_finish_wins():
+    # eos = 2. From 0: token 1 0.7, eos 0.3; from 1: eos 0.9. Width 2 finishes [eos] at step 1
+    # and returns [1, eos] (0.63 > 0.3), finished at step 2. With limit 1 it returns [eos].
+    probs = torch.tensor([[0.0, 0.7, 0.3], [0.0, 0.1, 0.9], [0.5, 0.5, 0.0]], dtype=torch.float64)
+    model = MarkovLM(probs.log())
+    full = decode(model, torch.tensor([[0]]), "beam", beam_size=2, max_len=10)
+    assert full.lengths.tolist() == [2] and termination_steps(full).tolist() == [1]
+    assert first_eos_steps(full).tolist() == [2]  # the returned sequence's length
+    assert non_termination_ratio(full, 1) == 0.0 == non_termination_ratio(
+        decode(model, torch.tensor([[0]]), "beam", beam_size=2, max_len=1), 1)
+    assert rnt_curve(full, [1, 2, 10]).tolist() == [0.0, 0.0, 0.0]
+    # length_histogram counts returned lengths: its tail is r_nt only at L = max_len
+    hist = length_histogram(full)
+    assert hist[2] == 1 and hist[max(1, 1) + 1 :].sum() == 1 and hist[full.max_len + 1] == 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), beam_size=st.integers(1, 5), max_len=st.integers(1, 10))
+def test_beam_length_histogram_counts_returned_lengths_and_its_last_bin_is_rnt_at_max_len(seed, beam_size, max_len):
+    model = _peaked_table(seed, 5, temperature=0.3)
+    gen = decode(model, _contexts(5), "beam", beam_size=beam_size, max_len=max_len)
+    hist = length_histogram(gen)
+    assert hist.sum() == gen.tokens.shape[0]
+    assert hist[1 : max_len + 1].tolist() == [int((gen.lengths[gen.terminated] == n).sum()) for n in range(1, max_len + 1)]
+    assert hist[max_len + 1] / gen.tokens.shape[0] == pytest.approx(non_termination_ratio(gen, max_len), abs=1e-15)
+    for L in range(1, max_len + 1):  # for smaller L the tail can only overstate r_nt(L)
+        assert hist[L + 1 :].sum() / gen.tokens.shape[0] >= non_termination_ratio(gen, L) - 1e-15
+
+
+def test_token_level_decoders_termination_steps_are_their_first_eos():
+    model = _peaked_table(1, 6, temperature=0.5)
+    for method, kwargs in [("greedy", {}), ("ancestral", {}), ("top-k", dict(k=2)), ("nucleus", dict(p=0.6))]:
+        gen = decode(model, _contexts(6), method, max_len=8, generator=torch.Generator().manual_seed(0), **kwargs)
+        assert torch.equal(termination_steps(gen), first_eos_steps(gen))
+        # a hand-built copy without the field falls back to the tokens and gives the same curve
+        bare = Generation(tokens=gen.tokens, lengths=gen.lengths, terminated=gen.terminated, max_len=gen.max_len,
+                          eos_id=gen.eos_id, method=gen.method, scores=gen.scores)
+        assert rnt_curve(bare, range(1, 9)).tolist() == rnt_curve(gen, range(1, 9)).tolist()
+
+
+def _with_first_finish(gen: Generation, first_finish, method: str = "beam") -> Generation:
+    return Generation(tokens=gen.tokens, lengths=gen.lengths, terminated=gen.terminated, max_len=gen.max_len,
+                      eos_id=gen.eos_id, method=method, scores=gen.scores, first_finish_steps=first_finish)
+
+
+def test_beam_metrics_reject_a_missing_or_malformed_first_finish_steps():
+    beam_without = _with_first_finish(HAND, None)
+    for metric in (lambda g: non_termination_ratio(g, 2), lambda g: rnt_curve(g, [1, 2]), termination_steps):
+        with pytest.raises(ValueError, match="first_finish_steps"):
+            metric(beam_without)
+    with pytest.raises(ValueError, match=r"shape \[B\] = \(4,\)"):
+        rnt_curve(_with_first_finish(HAND, torch.tensor([1, 2, 3])), [1])
+    with pytest.raises(TypeError, match="integer tensor"):
+        rnt_curve(_with_first_finish(HAND, torch.tensor([1.0, 2.0, 3.0, 6.0])), [1])
+    with pytest.raises(TypeError, match="integer tensor"):
+        rnt_curve(_with_first_finish(HAND, [3, 6, 1, 5]), [1])
+    for bad in ([0, 6, 1, 5], [3, 7, 1, 5]):  # steps run 1..max_len, and max_len + 1 = 6 means never
+        with pytest.raises(ValueError, match="max_len \\+ 1 = 6"):
+            non_termination_ratio(_with_first_finish(HAND, torch.tensor(bad)), 1)
+    # a well-formed field is used as given, whatever the tokens say
+    assert non_termination_ratio(_with_first_finish(HAND, torch.tensor([1, 1, 1, 6])), 5) == 0.25
 
 
 # --------------------------------------------------------------------------- perplexity

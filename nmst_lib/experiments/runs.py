@@ -113,7 +113,7 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
                     example_tokens: int = 60, progress: bool = False) -> dict:
     """r_nt(L) for every L in ``Ls`` (default :func:`rnt_grid`) and the length distribution of
     ``decoder``'s continuations of ``contexts``, from ONE decode per context to ``max_len``
-    (Choi, Cho, Lee (2023) eq. 11, Figs. 2 and 7; DESIGN.md r_nt(L)).
+    (Choi, Cho, Lee (2023) eq. 11, Figs. 2 and 7; DESIGN.md r_nt(L); Chapter 6, 06_wikitext).
 
     Contexts are decoded in chunks of ``batch_size`` (one :func:`nmst_lib.decoding.decode` call
     each; finished rows leave, so memory follows the unfinished rows) and the chunks' curves are
@@ -122,6 +122,18 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
     and termination (``lengths``, ``terminated``, in the order of ``contexts``) and the
     continuations of the first ``num_examples`` contexts (``examples``, when ``vocab`` is
     given; the same contexts for every model, so a page can set models side by side).
+
+    ``rnt`` is :func:`nmst_lib.metrics.rnt_curve`: for beam search (Welleck et al. 2020,
+    Def. A.2) a context counts as terminated within L when some hypothesis finished by step L,
+    which is what a search limited to L steps returns, not when the sequence returned at
+    ``max_len`` is at most L long (that one can be a later, better-scoring finish). Beam
+    decoders therefore also store ``first_finish_steps``: per context (order of ``contexts``)
+    the first step at which a hypothesis finished, ``null`` when none did within ``max_len``;
+    r_nt(L) = fraction of contexts whose value is null or > L. ``lengths``,
+    ``length_histogram``, ``mean_terminated_length`` and ``examples`` describe the sequences
+    returned with limit ``max_len``; ``terminated_fraction`` and ``not_terminated`` agree with
+    ``rnt`` at L = ``max_len``. (Results stored before this field existed have it absent and
+    their beam ``rnt`` read off the returned lengths, which overstates r_nt(L) for L < max_len.)
     """
     spec = parse_decoder(decoder)
     Ls = rnt_grid(max_len) if Ls is None else list(Ls)
@@ -129,7 +141,7 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
     generator = torch.Generator(device=device).manual_seed(int(seed)) if spec.sampling else None
     weighted = np.zeros(len(Ls))
     hist = np.zeros(max_len + 2, dtype=np.int64)
-    examples, context_lengths, terminated_rows = [], [], []
+    examples, context_lengths, terminated_rows, first_finish = [], [], [], []
     mem0 = _peak_memory_start(device)
     start = time.perf_counter()
     chunks = contexts.split(batch_size)
@@ -139,6 +151,8 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
         hist += length_histogram(g)
         context_lengths += g.lengths.tolist()
         terminated_rows += g.terminated.tolist()
+        if spec.method == "beam":  # JSON null, not the library's max_len + 1, for "never finished"
+            first_finish += [s if s <= max_len else None for s in g.first_finish_steps.tolist()]
         if vocab is not None and len(examples) < num_examples:
             for i in range(min(num_examples - len(examples), chunk.shape[0])):
                 n = int(g.lengths[i])
@@ -150,6 +164,7 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
     terminated = hist[1:max_len + 1]
     lengths = np.arange(1, max_len + 1)
     n_term = int(terminated.sum())
+    beam_fields = {"first_finish_steps": first_finish} if spec.method == "beam" else {}
     return {
         "decoder": decoder,
         "method": spec.method,
@@ -165,6 +180,7 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
         "not_terminated": int(hist[max_len + 1]),
         "lengths": context_lengths,
         "terminated": terminated_rows,
+        **beam_fields,
         "wall_seconds": wall,
         "peak_memory": _peak_memory_mib(device, mem0),
         "examples": examples,
