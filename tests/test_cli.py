@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURE_WIKITEXT_DIR
+from datasources import FIXTURE_WIKITEXT_DIR
 from nmst_lib import __main__ as cli
 from nmst_lib import data as D
 from nmst_lib.experiments import config as cfg

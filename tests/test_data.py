@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURE_DATA_DIR, FIXTURE_WIKITEXT_DIR, FIXTURES, NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
+from datasources import FIXTURE_DATA_DIR, FIXTURE_WIKITEXT_DIR, FIXTURES, NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
 from nmst_lib import data as D
 
 

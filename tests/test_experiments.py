@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
+from datasources import NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
 from nmst_lib import data as D
 from nmst_lib.experiments import (
     CURRENT,

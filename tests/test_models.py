@@ -4,7 +4,7 @@ and a loss that covers continuation tokens only (Chapter 6, 06_wikitext)."""
 import pytest
 import torch
 
-from conftest import NO_REAL_TOKENIZER, REAL_TOKENIZER_DIR
+from datasources import NO_REAL_TOKENIZER, REAL_TOKENIZER_DIR
 from nmst_lib import data as D
 from nmst_lib.decoding import LanguageModel, decode
 from nmst_lib.heads import NMSTHead, STHead, VanillaHead, head_from_name
@@ -250,7 +250,7 @@ def test_gpt2_tokenizer_loading_fails_clearly_without_its_files(tmp_path, tiny_b
     no_data_env.setenv("HF_HUB_OFFLINE", "1")  # nothing configured, no hub: fast, names the variable
     with pytest.raises(FileNotFoundError, match="NMST_DATA_DIR"):
         D.load_gpt2_tokenizer()
-    from conftest import write_tiny_bpe_tokenizer
+    from datasources import write_tiny_bpe_tokenizer
 
     with pytest.raises(ValueError, match="expected the GPT-2 tokenizer"):  # a BPE tokenizer, but not GPT-2's
         D.load_gpt2_tokenizer(write_tiny_bpe_tokenizer(tmp_path / "tiny"))
