@@ -30,7 +30,8 @@ def test_describe_results_names_the_package_data_and_the_provenance(committed):
     text = describe_results(committed)
     assert "30 results of the `cpu` profile" in text
     assert f"published with the library (package data of `nmst_lib` {nmst_lib.__version__}" in text
-    assert "be0b89dedd" in text and "thread per run" in text and "Not shown" not in text
+    sha = committed[0].data["provenance"]["git_sha"][:10]
+    assert sha in text and "thread per run" in text and "Not shown" not in text
 
 
 def test_describe_results_says_local_and_counts_what_is_not_shown(committed, tmp_path):
@@ -62,6 +63,7 @@ def test_the_cpu_estimate_brackets_what_the_committed_runs_took(committed):
     lo, hi = est.decode_seconds
     assert lo <= hi and lo / 3 <= decoded <= hi  # rows leave a batch as they finish: cheaper than the cap
     assert "estimate" in est.summary().lower() and "scaled, not measured" in est.derivation
+    assert f"Takes {est}." == f"Takes {est.summary()}"  # str() reads inside a sentence
 
 
 def test_the_paper_estimate_covers_the_suite_and_respects_the_caps():

@@ -173,6 +173,10 @@ class TimeEstimate:
         """(low, high) of training plus decoding."""
         return (self.train_seconds[0] + self.decode_seconds[0], self.train_seconds[1] + self.decode_seconds[1])
 
+    def __str__(self) -> str:
+        """The summary without its final full stop, for use inside a sentence."""
+        return self.summary().rstrip(".")
+
     def summary(self) -> str:
         """One sentence: the total range and its two parts, marked as an estimate."""
         lo, hi = self.total_seconds
