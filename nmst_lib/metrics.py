@@ -1,6 +1,6 @@
 """Metrics of the book: non-termination ratio r_nt(L), its whole curve, lengths, perplexity.
 
-* r_nt(L) (Choi, Cho, Lee 2023, eq. 11; Welleck et al. 2020's r_L, Section 5) estimates
+* r_nt(L) (Choi, Cho, Lee 2023, eq. 11) estimates
   q(|y| > L), the probability that a decoder run with step limit L returns a continuation
   without eos. One decode to ``max_len`` gives the curve for every L <= max_len (DESIGN.md,
   "Canonical definitions"): for token-level decoders (greedy, sampling) through each row's
@@ -115,8 +115,8 @@ def _check_L(L, max_len: int) -> int:
 def non_termination_ratio(generation, L: int) -> float:
     """r_nt(L): the fraction of rows that the decoder, run with step limit L, does not terminate.
 
-    Choi, Cho, Lee (2023), eq. 11 (r_nt(L) = q(|y| > L)); Welleck et al. (2020), Section 5
-    (r_L, the fraction of continuations longer than L). For token-level decoders: rows with no
+    Choi, Cho, Lee (2023), eq. 11 (r_nt(L) = q(|y| > L)). Welleck et al. (2020), Section 5,
+    count |y| >= L instead: their r_L equals r_nt(L - 1). For token-level decoders: rows with no
     eos among their first L tokens; for beam search: rows where no hypothesis finished by
     step L, which can differ from the returned length (:func:`termination_steps`). Requires
     1 <= L <= generation.max_len, since steps beyond max_len were not decoded (Chapter 2,

@@ -64,8 +64,10 @@ class InconsistentRNN:
               + \begin{bmatrix} 0 \\ e(y_t) \end{bmatrix}\right),
 
     so ``h1_t = tanh(W_h h1_{t-1})`` (every entry of ``W_h`` positive) and
-    ``h2_t = tanh(h2_{t-1} + e(y_t))`` (identity on a one-hot of the last token: ``h2_t[v]``
-    grows with the number of times v has been emitted). ``h_0 = g(C)`` is positive: the
+    ``h2_t = tanh(h2_{t-1} + e(y_t))`` (identity on a one-hot of the last token: ``h2_t[v]`` is a
+    recency clock, not a counter: reading v puts it in (tanh 1, tanh 2), and every step
+    without v applies tanh again, so it decays; Chapter 2, ``02_consistency``, checks that
+    the value tells how many steps ago v was last read). ``h_0 = g(C)`` is positive: the
     positive vector ``h_init`` run through the same recurrence over the context tokens.
 
     Output embeddings (Definition 2.3, biases ``c_v = 0``): ``u_v = [ubar_v ; e(v)]`` with
