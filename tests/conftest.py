@@ -17,6 +17,9 @@ The constants and helpers live in ``tests/datasources.py`` (import them from the
 
 from __future__ import annotations
 
+import importlib
+import os
+
 import pytest
 
 from datasources import (
@@ -45,9 +48,28 @@ def fixture_data_env():
 
 @pytest.fixture
 def no_data_env(monkeypatch):
-    """No local data configured (neither variable set): what a fresh clone without data sees."""
+    """No local data configured (neither variable set): what a fresh clone without data sees.
+
+    Also undoes, at teardown, what ``nmst_lib.data._go_offline`` does when a test finds the hub
+    unreachable (offline variables and the flags of ``datasets``/``huggingface_hub``), so that the
+    offline state does not leak into later tests or into the kernels of the chapter notebooks."""
     monkeypatch.delenv(D.DATA_DIR_ENV, raising=False)
     monkeypatch.delenv(D.WIKITEXT_DIR_ENV, raising=False)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])  # unchanged; restored at teardown
+        else:  # delenv of an absent variable records nothing: set it first so that teardown removes it
+            monkeypatch.setenv(name, "0")
+            monkeypatch.delenv(name)
+    for module, names in (("datasets.config", ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")),
+                          ("huggingface_hub.constants", ("HF_HUB_OFFLINE",))):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        for name in names:
+            if hasattr(mod, name):
+                monkeypatch.setattr(mod, name, getattr(mod, name))
     return monkeypatch
 
 

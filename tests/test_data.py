@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from datasources import FIXTURE_DATA_DIR, FIXTURE_WIKITEXT_DIR, FIXTURES, NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
 from nmst_lib import data as D
 
+_OFFLINE_AT_IMPORT = __import__("os").environ.get("HF_DATASETS_OFFLINE")
+
 
 def fake_split(n_articles, prefix, seed=0):
     """WikiText-style lines: article headings, section headings, paragraphs, blank lines."""
@@ -145,8 +147,8 @@ def test_data_root_without_a_wikitext_folder_is_a_clear_error(tmp_path, no_data_
         D.load_wikitext2("auto")
 
 
-def test_offline_hub_fails_fast_with_a_clear_message(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_offline_hub_fails_fast_with_a_clear_message(no_data_env):
+    no_data_env.setenv("HF_HUB_OFFLINE", "1")
     start = time.perf_counter()
     with pytest.raises(D.WikiTextUnavailable, match="not reachable"):
         D.load_wikitext2("hub")
@@ -334,3 +336,12 @@ def test_the_library_names_no_workplace_paths():
                  for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
                  if "shared/data" in line or '"shared"' in line or "../shared" in line]
     assert not offenders, offenders
+
+
+def test_going_offline_does_not_leak_out_of_a_test():
+    """The tests above that found the hub unreachable set the offline flags through
+    nmst_lib.data._go_offline; the no_data_env fixture restored them (chapter kernels started
+    later by the same pytest run inherit os.environ)."""
+    import os
+
+    assert os.environ.get("HF_DATASETS_OFFLINE") == _OFFLINE_AT_IMPORT
