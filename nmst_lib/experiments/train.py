@@ -157,10 +157,12 @@ def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM:
 
 def autocast_dtype(device: torch.device) -> torch.dtype | None:
     """The mixed-precision dtype of training and evaluation on ``device``: bfloat16 on a CUDA
-    device that supports it, else float16 (then :func:`train` scales the loss with a
-    ``GradScaler`` against gradient underflow); None on the CPU (float32 throughout). The output
+    device that supports it, else float16; None on the CPU (float32 throughout). The output
     layer runs in float32 either way (:class:`nmst_lib.models.RecurrentLM`; the heads upcast
-    half-precision logits)."""
+    half-precision logits). Whenever it is not None, :func:`train` scales the loss with a
+    ``GradScaler``: float16 gradients underflow without it, and cuDNN RNN/LSTM layers run in
+    float16 under CUDA autocast whatever its dtype (ATen's autocast wrapper of ``_cudnn_rnn``
+    casts to float16), so bfloat16 runs of these models need it too."""
     device = torch.device(device)
     if device.type != "cuda":
         return None
@@ -347,7 +349,7 @@ def train(
     decides: improvement -> remember these weights; none -> multiply the lr by ``lr_decay``, and
     stop after ``patience`` such epochs in a row. The returned model holds the best epoch's
     weights. On CUDA the forward pass runs under autocast to :func:`autocast_dtype` (bfloat16, or
-    float16 with a ``GradScaler``); the output layer runs in float32.
+    float16) with a ``GradScaler``; the output layer runs in float32.
 
     A checkpoint ``<checkpoint_dir>/<key>.pt`` is written atomically after every epoch (and
     every ``checkpoint_every`` batches when given). ``resume=True`` continues from it (also a
@@ -370,8 +372,9 @@ def train(
     model = build_model_for(config, len(vocab)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
                                   weight_decay=config.weight_decay)
-    # float16 has 5 exponent bits: small gradients underflow unless the loss is scaled (bfloat16 needs no scaler)
-    scaler = torch.amp.GradScaler(device.type) if autocast_dtype(device) == torch.float16 else None
+    # Loss scaling under any CUDA autocast: float16 has 5 exponent bits, and the cuDNN RNN/LSTM runs in
+    # float16 even under bfloat16 autocast (see autocast_dtype); with bfloat16 elsewhere it costs nothing.
+    scaler = torch.amp.GradScaler(device.type) if autocast_dtype(device) is not None else None
     prog = _Progress(lr=config.lr)
     best_state = _clone_state(model)
     resumed_from = None
