@@ -49,7 +49,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                         "committed results, package data); else ~/.cache/nmst_lib/results (honours "
                         "XDG_CACHE_HOME), read before the results published with the package]")
     g.add_argument("--checkpoint-dir", default=None, metavar="DIR",
-                   help="checkpoint directory [data/checkpoints/wikitext2]")
+                   help="checkpoint directory [data/checkpoints/wikitext2 in a git checkout, else ~/.cache/nmst_lib/checkpoints/wikitext2]")
     g.add_argument("--data-dir", default=None, metavar="DIR",
                    help="local WikiText-2 folder (valid.txt + test.txt, optionally train.txt, or wiki.*.tokens); "
                         "sets NMST_WIKITEXT_DIR [$NMST_WIKITEXT_DIR, else $NMST_DATA_DIR/wikitext-2, else the "

@@ -28,7 +28,7 @@ from .. import data as D
 from ..heads import head_from_name
 from ..models import RecurrentLM, build_model
 from .config import DECODING_FIELDS, ExperimentConfig, training_hash, validate_config
-from .results import atomic_write_bytes
+from .results import atomic_write_bytes, is_source_checkout, user_cache_dir
 
 __all__ = [
     "CheckpointError",
@@ -61,8 +61,13 @@ def default_device() -> torch.device:
 
 
 def default_checkpoint_dir() -> Path:
-    """``<repo>/data/checkpoints/wikitext2`` (git-ignored)."""
-    return D.repo_root() / "data" / "checkpoints" / "wikitext2"
+    """Where checkpoints go by default: ``<repo>/data/checkpoints/wikitext2`` (git-ignored) in a
+    source checkout, else ``<user cache>/checkpoints/wikitext2``
+    (:func:`nmst_lib.experiments.results.user_cache_dir`), so that an installed wheel (Colab,
+    ``pip install``) never writes into site-packages. Chapter 6 (``06_wikitext``)."""
+    if is_source_checkout():
+        return D.repo_root() / "data" / "checkpoints" / "wikitext2"
+    return user_cache_dir() / "checkpoints" / "wikitext2"
 
 
 def checkpoint_path(config: ExperimentConfig, checkpoint_dir=None) -> Path:
