@@ -11,7 +11,7 @@ if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_D
 bash scripts/setup.sh
 
 # The library's unit tests as a fresh user runs them: a plain clone of this commit, no ../shared,
-# no NMST_* variables, no network (scripts/test_plain_clone.sh; about 2 minutes on 2 cores).
+# no NMST_* variables, no network (scripts/test_plain_clone.sh; 1.5-3 minutes on 2 cores).
 bash scripts/test_plain_clone.sh
 
 # A real browser for the site checks (Debian's chromium + chromedriver).

@@ -11,7 +11,7 @@
 #   bash scripts/test_plain_clone.sh --data-only  # only the tests that read data (see below)
 #   bash scripts/test_plain_clone.sh -- -k cli    # extra arguments after -- go to pytest
 #
-# Time on 2 cores: the whole library suite took 85-120 s (471 passed, 34 skipped: the real-data,
+# Time on 2 cores: the whole library suite took 85-160 s (471-484 passed, 34 skipped: the real-data,
 # real-tokenizer and CUDA tests, each with its reason), --data-only 30 s. That is cheap enough
 # for scripts/test.sh to run the whole suite here as well as in its main run (which has the real
 # data and the chapters), so the plain-clone run is not limited to the data tests.
