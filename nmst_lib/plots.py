@@ -28,6 +28,7 @@ import html
 import io
 import itertools
 import json
+import math
 import numbers
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,12 @@ __all__ = [
     "eos_explorer_html",
     "rnt_plot",
     "rnt_explorer_html",
+    "STEP_AXIS_LABEL",
+    "model_style",
+    "history_plot",
+    "length_cdf_plot",
+    "eos_trace_plot",
+    "shared_legend",
     "explorer_html",
 ]
 
@@ -804,3 +811,226 @@ def rnt_explorer_html(
 
     return explorer_html(draw, controls, dpi=dpi,
                          alt="non-termination ratio r_nt(L) against the maximal length L, log-log axes")
+
+
+# ---------------------------------------------------------------------------------------
+# Figures of stored experiments (Chapter 6 and the later experiment chapters)
+# ---------------------------------------------------------------------------------------
+
+#: Axis label of a step axis along a real line (the book's step convention, DESIGN.md): step t
+#: counts continuation tokens, t = 1 predicts the first token after the context, and the tick
+#: of step t is labelled with the token y_t being predicted (Chapter 6, ``06_wikitext``).
+STEP_AXIS_LABEL = "step t (token being predicted)"
+
+
+def model_style(head: str, eps=None, eps_grid: Sequence[float] = ()) -> dict:
+    """Line style of one trained model: its output layer's colour and dash
+    (:data:`HEAD_STYLES`: VA dotted, ST dashed, NMST solid), drawn thicker and more opaque the
+    larger its eps is within ``eps_grid``, so that one layer at several eps stays readable in
+    one plot. Chapter 6 (``06_wikitext``)."""
+    key = str(head).upper()
+    if key not in HEAD_STYLES:
+        raise ValueError(f"head must be one of {list(HEAD_STYLES)} (any case), got {head!r}")
+    style = dict(HEAD_STYLES[key])
+    grid = sorted({float(e) for e in eps_grid})
+    if key != "VA" and eps is not None and len(grid) > 1:
+        rank = min(range(len(grid)), key=lambda i: abs(math.log(grid[i]) - math.log(float(eps))))
+        share = rank / (len(grid) - 1)
+        style["linewidth"] = 1.3 + 1.5 * share
+        style["alpha"] = 0.55 + 0.45 * share
+    return style
+
+
+def history_plot(
+    histories: Mapping[str, Sequence[Sequence[float]]],
+    *,
+    ax: plt.Axes | None = None,
+    styles: Mapping[str, Mapping] | None = None,
+    title: str | None = None,
+    ylabel: str = "validation perplexity",
+    log_y: bool = True,
+) -> Figure:
+    """A per-epoch metric (by default validation perplexity) of several runs, one line per run.
+
+    Args:
+        histories: ``{label: [run_1, run_2, ...]}``, each run the metric after epochs 1, 2, ...;
+            the runs of one label share its style and one legend entry (e.g. the seeds of one
+            model).
+        styles: matplotlib keyword arguments per label (default: :func:`model_style` when the
+            label starts with VA, ST or NMST).
+        log_y: a log y axis (perplexities fall geometrically early in training).
+
+    A curve still falling at its last epoch shows a run that stopped before its validation
+    plateau (Chapter 6, ``06_wikitext``).
+    """
+    if not isinstance(histories, Mapping) or not histories:
+        raise TypeError("histories must be a non-empty mapping {label: [values per epoch, ...]}")
+    styles = dict(styles or {})
+    fig, ax = _figure_and_axes(ax)
+    for i, (label, runs) in enumerate(histories.items()):
+        style = _default_style(label, i)
+        style.update(styles.get(label, {}))
+        for j, run in enumerate(runs):
+            values = np.asarray(run, dtype=np.float64)
+            if values.ndim != 1 or values.size == 0:
+                raise ValueError(f"history {label!r}: every run must be a non-empty 1-D sequence")
+            ax.plot(np.arange(1, values.size + 1), values, marker="o", markersize=3,
+                    label=label if j == 0 else None, **style)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def length_cdf_plot(
+    lengths: Mapping[str, object],
+    *,
+    max_len: int | None = None,
+    ax: plt.Axes | None = None,
+    styles: Mapping[str, Mapping] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Distribution functions of sequence lengths on a log x axis: for each label, the
+    fraction of sequences whose length (eos included) is at most l.
+
+    Args:
+        lengths: ``{label: lengths}`` or ``{label: (lengths, terminated)}``; an unfinished
+            sequence (``terminated`` False) never counts as "at most l", so its curve ends below
+            1 at ``max_len``, by the fraction that did not stop (compare Choi, Cho, Lee 2023,
+            Figs. 8-9, which draw histograms).
+        max_len: the decoding limit, drawn as a vertical line when given.
+        styles: matplotlib keyword arguments per label (the label ``"data"`` is drawn as a
+            grey area by default).
+
+    A curve far to the right of the data's means continuations much longer than real lines;
+    a near-vertical step means many continuations of one length. Chapter 6 (``06_wikitext``).
+    """
+    if not isinstance(lengths, Mapping) or not lengths:
+        raise TypeError("lengths must be a non-empty mapping {label: lengths or (lengths, terminated)}")
+    styles = dict(styles or {})
+    fig, ax = _figure_and_axes(ax)
+    right = 1.0
+    for i, (label, value) in enumerate(lengths.items()):
+        if isinstance(value, tuple) and len(value) == 2:
+            ls, done = np.asarray(value[0], dtype=np.float64), np.asarray(value[1], dtype=bool)
+        else:
+            ls = np.asarray(value, dtype=np.float64)
+            done = np.ones(ls.shape, dtype=bool)
+        if ls.ndim != 1 or ls.size == 0 or done.shape != ls.shape:
+            raise ValueError(f"lengths {label!r}: a non-empty 1-D array (and as many terminated flags)")
+        if np.any(ls[done] < 1):
+            raise ValueError(f"lengths {label!r}: lengths count tokens and must be >= 1")
+        finished = np.sort(ls[done])
+        right = max(right, float(ls.max()))
+        if finished.size == 0:
+            continue
+        xs = np.concatenate([[finished[0]], finished])
+        ys = np.concatenate([[0.0], np.arange(1, finished.size + 1) / ls.size])
+        if max_len is not None:
+            xs, ys = np.append(xs, max_len), np.append(ys, ys[-1])
+        style = styles.get(label)
+        if style is None and label == "data":
+            ax.fill_between(xs, ys, step="post", color="0.82", label=label, zorder=0)
+            continue
+        full = _default_style(label, i)
+        full.update(style or {})
+        ax.step(xs, ys, where="post", label=label, **full)
+    if max_len is not None:
+        ax.axvline(max_len, color="0.5", linewidth=0.8, linestyle=":")
+        right = max(right, float(max_len))
+    ax.set_xscale("log")
+    ax.set_xlim(1, right * 1.3)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("length l (tokens, eos included; log scale)")
+    ax.set_ylabel("fraction with length <= l")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7.5, loc="upper left")
+    return fig
+
+
+def eos_trace_plot(
+    tokens: Sequence[str],
+    traces: Mapping[str, Sequence[float]],
+    *,
+    floors: Mapping[str, Sequence[float]] | None = None,
+    ax: plt.Axes | None = None,
+    styles: Mapping[str, Mapping] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """p(eos | y_<t, x) of several models along one real line, on a log y axis.
+
+    Step t is on the x axis and its tick is labelled with the token y_t being predicted: the
+    point at step t is the probability of stopping *instead of* emitting y_t (the book's step
+    convention, :data:`STEP_AXIS_LABEL`; Choi, Cho, Lee 2023, Figs. 3 and 6).
+
+    Args:
+        tokens: the line's continuation tokens y_1, y_2, ... (the last one usually eos).
+        traces: ``{label: p_eos}`` with one probability per token.
+        floors: optional ``{label: f_lb}`` lower bounds 1 - (1 - eps)^t to draw thin and grey.
+        styles: matplotlib keyword arguments per label.
+
+    Chapter 6 (``06_wikitext``).
+    """
+    tokens = [str(t) for t in tokens]
+    if not tokens:
+        raise ValueError("tokens must not be empty")
+    if not isinstance(traces, Mapping) or not traces:
+        raise TypeError("traces must be a non-empty mapping {label: probabilities}")
+    styles = dict(styles or {})
+    fig, ax = _figure_and_axes(ax)
+    steps = np.arange(1, len(tokens) + 1)
+    for i, (label, p) in enumerate(traces.items()):
+        p = np.asarray(p, dtype=np.float64)
+        if p.shape != (len(tokens),):
+            raise ValueError(f"trace {label!r} has {p.size} values for {len(tokens)} tokens")
+        style = _default_style(label, i)
+        style.update(styles.get(label, {}))
+        ax.plot(steps, p, marker=".", label=label, **style)
+    for label, f in (floors or {}).items():
+        f = np.asarray(f, dtype=np.float64)
+        if f.shape != (len(tokens),):
+            raise ValueError(f"floor {label!r} has {f.size} values for {len(tokens)} tokens")
+        ax.plot(steps, f, color="0.55", linewidth=0.9, linestyle="-.", label=label)
+    ax.set_yscale("log")
+    ax.set_xticks(steps)
+    ax.set_xticklabels(tokens, rotation=90, fontsize=7)
+    ax.set_xlabel(STEP_AXIS_LABEL)
+    ax.set_ylabel(r"$p(\langle eos\rangle \mid y_{<t}, x)$ (log scale)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def shared_legend(fig: Figure, axes, *, ncol: int | None = None, fontsize: float = 8.5,
+                  strip: str | None = None) -> Figure:
+    """Replace the legends of ``axes`` (panels of one figure that draw the same labels) by one
+    legend under the panels, so that a two-panel figure scaled to a page's width keeps legible
+    labels. Labels are taken from every panel in order, once each; ``strip`` (a regular
+    expression) is removed from them first (e.g. ``r" \\(0 from L = [\\d,]+\\)"``, the
+    panel-specific note of :func:`rnt_plot`). Call after ``tight_layout`` is not needed: the
+    figure's bottom margin is made room for here. Chapter 6 (``06_wikitext``)."""
+    import re
+
+    axes = list(np.ravel(axes))
+    seen: dict[str, object] = {}
+    for ax in axes:
+        handles, labels = ax.get_legend_handles_labels()
+        for h, lab in zip(handles, labels):
+            lab = re.sub(strip, "", lab) if strip else lab
+            seen.setdefault(lab, h)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    if not seen:
+        return fig
+    ncol = ncol or min(len(seen), 6)
+    rows = math.ceil(len(seen) / ncol)
+    fig.tight_layout(rect=(0, 0.06 + 0.07 * rows, 1, 1))
+    fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=ncol, fontsize=fontsize, frameon=False)
+    return fig
