@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nmst_lib.decoding import decode
@@ -23,6 +23,7 @@ from nmst_lib.markov import (
     termination_probability,
 )
 from nmst_lib.metrics import rnt_curve
+from nmst_lib.markov import _one_minus_kernel  # the matrix I - Q that absorption_probabilities solves with
 
 
 def _lm(rows, eos_id=-1) -> MarkovLM:
@@ -117,6 +118,7 @@ def test_consistent_variants_terminate_with_probability_one(seed, vocab, tempera
     temperature=st.sampled_from([0.2, 0.5, 1.0]),
     method=st.sampled_from(["greedy", "ancestral", "top-k", "nucleus"]),
 )
+@example(seed=532503, vocab=6, temperature=0.2, method="ancestral")  # ill-conditioned: x - 1 ~ 1e-12
 def test_absorption_and_lengths_solve_their_first_step_equations(seed, vocab, temperature, method):
     model = random_markov_lm(vocab, temperature=temperature, generator=torch.Generator().manual_seed(seed))
     kwargs = {"top-k": {"k": max(1, vocab // 2)}, "nucleus": {"p": 0.6}}.get(method, {})
@@ -124,7 +126,10 @@ def test_absorption_and_lengths_solve_their_first_step_equations(seed, vocab, te
     eos = model.eos_id
     x = absorption_probabilities(q, eos)
     transient = [i for i in range(vocab) if i != eos]
-    assert bool(((x >= -1e-12) & (x <= 1 + 1e-12)).all())
+    # x is a probability up to the solve's rounding, which the condition number of I - Q bounds
+    # (seed 532503, V = 6, T = 0.2 has cond ~ 6e4 and x - 1 ~ 1e-12, within cond * ulp ~ 1.3e-11)
+    slack = max(1e-12, 4 * torch.finfo(torch.float64).eps * float(torch.linalg.cond(_one_minus_kernel(q, torch.tensor(transient)))))
+    assert bool(((x >= -slack) & (x <= 1 + slack)).all()), (x - 1, slack)
     # first-step analysis: x_i = q_i,eos + sum_j q_ij x_j (the eos "row" restarts from x_j of transient j)
     torch.testing.assert_close(x, q[:, eos] + q[:, transient] @ x[transient], atol=1e-10, rtol=0)
     # the survival curve decreases towards 1 - x
