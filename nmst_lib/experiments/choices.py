@@ -433,7 +433,7 @@ def estimate_profile_time(profile: str = "paper", device=None, *, measure: bool 
 def run_choices(stored: Sequence[StoredResult], device=None, *, measure: bool | None = None) -> str:
     """Markdown for Chapter 6 (06_wikitext), in Colab or anywhere: (a) where the shown results
     come from (:func:`describe_results`); (b) how to retrain them, as an explicit choice, with
-    the time the committed runs took and where new results go (:func:`default_results_dir`,
+    the time the committed runs took and where new results go (:func:`~nmst_lib.experiments.results.default_results_dir`,
     read before the published ones); (c) the ``paper`` profile: with a GPU, the estimate of
     :func:`estimate_profile_time` for the whole suite and for one run; without one, that it
     needs a GPU and how to get one in Colab."""
