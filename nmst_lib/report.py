@@ -672,6 +672,8 @@ def _describe(vals: list) -> str:
         return f"{min(distinct):,}–{max(distinct):,}"
     if all(isinstance(v, str) for v in distinct) and all(len(v) >= 10 and v[4:5] == "-" for v in distinct):
         return f"{min(distinct)[:16].replace('T', ' ')} – {max(distinct)[:16].replace('T', ' ')}"
+    if len(distinct) <= 3:  # a few values (e.g. two code versions): each with how many runs have it
+        return ", ".join(f"{v} ×{present.count(v)}" for v in sorted(distinct, key=lambda v: -present.count(v)))
     return f"{len(distinct)} values"
 
 

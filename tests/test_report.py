@@ -256,6 +256,10 @@ def test_provenance_summary_states_shared_stamps_once_and_groups_the_rest():
     assert rnn["date (UTC)"] == "2026-11-22 03:27 – 2026-11-22 03:45"
     assert rnn["training (s)"] == "330–356" and rnn["resumed"] == "from epoch 4 (1 of 2)"
     assert len(s.full) == 3 and s.full[0]["run"] == "cpu-rnn-va-seed0"
+    results[1]["provenance"]["git_sha"] = "d8add94a21aa"  # a run remade later by other code
+    s = report.provenance_summary(results, group_by=("arch",))
+    assert "code" in s.varying and "code" not in s.common
+    assert next(g for g in s.groups if g["arch"] == "rnn")["code"] == "be0b89dedd (clean) ×1, d8add94a21 (clean) ×1"
 
 
 def test_provenance_html_puts_the_full_table_in_a_collapsed_details_element():
