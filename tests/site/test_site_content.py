@@ -48,9 +48,10 @@ def _chapter_numbers() -> dict[str, int]:
 
 CHAPTER_NUMBER = _chapter_numbers()
 
-# Page heights (CSS px at a 1,280 px window, toggles closed). Chapter 6 was ~30,000 px in the
-# first edition; issue 8 asks for at most half. The others get a generous ceiling.
-HEIGHT_LIMIT = {"chapters/06_wikitext": 15_000}
+# Page heights (CSS px at a 1,280 px window, toggles closed). Issue 8 asks for Chapter 6 at most
+# half its first-edition height, which this check measured at 33,065 px (build of c40dce0; the
+# issue said "about 30,000"): the limit is that half. The second edition measures 14,604 px.
+HEIGHT_LIMIT = {"chapters/06_wikitext": 16_500}
 DEFAULT_HEIGHT_LIMIT = 40_000  # ~1.4 x the tallest other chapter of the first edition (Chapter 5, ~28,400 px)
 
 
