@@ -14,10 +14,21 @@
 All functions take a :class:`nmst_lib.decoding.Generation` (or anything with its ``tokens``,
 ``max_len`` and ``eos_id`` fields, and optionally ``method`` and ``first_finish_steps``) and
 never look at the model. Chapters 2 and 6 (``02_consistency``, ``06_wikitext``).
+
+Metrics for sparse language models (Martins et al. 2020, Sec. 4 and 5; Chapter 8,
+``08_sparse``), which take probabilities or token ids instead of a Generation (except
+:func:`distinct_n`, which also accepts one):
+
+* :func:`sparsemax_score` (eq. 10) and :func:`js_divergence` (eq. 11, closed form of App. D):
+  per position, bounded, finite when the reference word gets probability 0;
+* :func:`epsilon_perplexity` (eq. 9) with the optimal eps solved exactly (App. A);
+* :func:`rep_wrep`: teacher-forced REP/WREP over windows 16/32/128/512 (Sec. 5.1, fn. 6);
+* :func:`distinct_n`: distinct n-grams over a corpus of continuations (Sec. 5.2, fn. 10).
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -32,6 +43,11 @@ __all__ = [
     "rnt_curve",
     "length_histogram",
     "perplexity",
+    "sparsemax_score",
+    "js_divergence",
+    "epsilon_perplexity",
+    "rep_wrep",
+    "distinct_n",
 ]
 
 
@@ -215,3 +231,411 @@ def perplexity(log_probs: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
     target_lp = log_probs.detach().gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     target_lp = target_lp[mask.to(log_probs.device)].double()
     return float(torch.exp(-target_lp.sum() / n))
+
+
+# --------------------------------------------------------------------------- sparse-LM metrics
+# Martins, Marinho, Martins (2020), Sec. 4 (eqs. 9-11), App. A-D, Sec. 5.1 fn. 6, Sec. 5.2 fn. 10;
+# Chapter 8 (08_sparse).
+
+# How far from 1 a row of probabilities may sum, per dtype (summation error of V rounded terms).
+_SUM_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 3e-2}
+
+
+def _check_probs_and_target(probs, target, name: str = "probs"):
+    """Validate a distribution tensor [..., V] and target ids [...]; return (probs, target on
+    probs' device, the computing dtype). Probabilities must be finite, >= 0 and sum to 1 per row
+    within a dtype-dependent tolerance (float64 1e-6, float32 1e-3, half 1e-2, bfloat16 3e-2)."""
+    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point torch.Tensor of shape [..., V] (a probability "
+                        f"distribution per position), got {type(probs).__name__ if not isinstance(probs, torch.Tensor) else probs.dtype}")
+    if probs.dim() < 1 or probs.shape[-1] < 1:
+        raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, got shape {tuple(probs.shape)}")
+    if not isinstance(target, torch.Tensor) or target.is_floating_point() or target.is_complex() \
+            or target.dtype == torch.bool:
+        raise TypeError("target must be an integer torch.Tensor of token ids with shape probs.shape[:-1]")
+    if target.shape != probs.shape[:-1]:
+        raise ValueError(f"target must have shape probs.shape[:-1] = {tuple(probs.shape[:-1])}, got {tuple(target.shape)}")
+    vocab = probs.shape[-1]
+    if target.numel() and (int(target.min()) < 0 or int(target.max()) >= vocab):
+        raise ValueError(f"target must hold token ids in [0, {vocab}), got range [{int(target.min())}, {int(target.max())}]")
+    probs = probs.detach()
+    compute = probs.dtype if probs.dtype in (torch.float32, torch.float64) else torch.float32
+    if probs.numel():
+        if not bool(torch.isfinite(probs).all()):
+            raise ValueError(f"{name} must be finite (probabilities, not logits or log-probabilities)")
+        if float(probs.min()) < 0:
+            raise ValueError(f"{name} must be >= 0 (probabilities, not logits or log-probabilities); min is {float(probs.min())!r}")
+        sums = probs.sum(dim=-1, dtype=compute)
+        tol = _SUM_TOLERANCE.get(probs.dtype, 1e-3)
+        worst = float((sums - 1).abs().max()) if sums.numel() else 0.0
+        if worst > tol:
+            raise ValueError(f"each row of {name} must sum to 1 (a distribution over the vocabulary) within {tol:g} "
+                             f"for {probs.dtype}; the worst row is off by {worst:.3g}")
+    return probs, target.to(probs.device), compute
+
+
+def sparsemax_score(probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Sparsemax score per position: sp = p_y + (1 - ||p||^2) / 2 = p_y + H_2(p) (Martins et al.
+    2020, eq. 10; Chapter 8, ``08_sparse``).
+
+    It is 1 minus the smallest sparsemax loss of any score vector whose sparsemax is p, and equals
+    1 - ||p - e_y||^2 / 2 (App. C, half the squared Patrick-Fischer distance). Bounded
+    (App. B): sp = 1 - ||p - e_y||^2 / 2 <= 1 with equality iff p = e_y, and sp = p_y + H_2(p) >= 0
+    as a sum of two non-negative terms, with equality iff p = e_x for some x != y. For a one-hot
+    (greedy) p it is word accuracy; for the uniform p it is 1/V + (1 - 1/V)/2.
+
+    ``probs`` [..., V]: a probability distribution per position (float32/float64; half and
+    bfloat16 are computed in float32), any device; ``target`` [...]: integer ids in [0, V).
+    Returns shape ``probs.shape[:-1]`` in the computing dtype, on probs' device, without a graph.
+    Rows must sum to 1 (see the tolerance in the error message); exact zeros are what it is for.
+    """
+    probs, target, compute = _check_probs_and_target(probs, target)
+    p = probs.to(compute)
+    p_y = p.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return p_y + 0.5 * (1.0 - (p * p).sum(dim=-1))
+
+
+def _js_from_target_prob(p_y: torch.Tensor) -> torch.Tensor:
+    """JS(p, e_y) = log 2 + [p_y log p_y - (1 + p_y) log(1 + p_y)] / 2 (nats), evaluated stably.
+
+    Written with q = 1 - p_y (exact for p_y >= 1/2) as
+    [q log 2 + p_y log1p(-q / (1 + p_y)) - log1p(-q / 2)] / 2, where every term is O(q) near
+    p_y = 1 (no cancellation against log 2); p_y log(...) is taken as 0 at p_y = 0.
+    """
+    q = 1.0 - p_y
+    middle = torch.where(p_y > 0, p_y * torch.log1p(-q / (1.0 + p_y)), torch.zeros_like(p_y))
+    return 0.5 * (q * math.log(2.0) + middle - torch.log1p(-0.5 * q))
+
+
+def js_divergence(probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence JS(p, e_y) per position, natural log (Martins et al. 2020,
+    eq. 11 with q = e_y, closed form of App. D; Chapter 8, ``08_sparse``).
+
+    With m = (p + e_y)/2: KL(p||m) = (1 - p_y) log 2 + p_y log(2 p_y / (1 + p_y)) and
+    KL(e_y||m) = log(2 / (1 + p_y)), so
+
+        JS = log 2 + [p_y log p_y - (1 + p_y) log(1 + p_y)] / 2
+           = H_b((1 + p_y)/2) - H_b(p_y)/2,
+
+    a function of p_y alone, decreasing from log 2 (p_y = 0, even when p has an exact zero
+    there) to 0 (p_y = 1). Evaluated without cancellation near p_y = 1 (see the source).
+    ``probs`` [..., V] (rows summing to 1, float32/float64, half/bfloat16 computed in float32),
+    ``target`` [...] ids in [0, V); returns shape ``probs.shape[:-1]`` on probs' device.
+    """
+    probs, target, compute = _check_probs_and_target(probs, target)
+    p_y = probs.gather(-1, target.unsqueeze(-1)).squeeze(-1).to(compute)
+    return _js_from_target_prob(p_y)
+
+
+def _as_float64_vector(values, name: str) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        if not values.is_floating_point():
+            raise TypeError(f"{name} must hold floating-point probabilities, got dtype {values.dtype}")
+        t = values.detach().to(torch.float64).reshape(-1)
+    else:
+        arr = np.asarray(values)
+        if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+            raise TypeError(f"{name} must be a tensor or array of probabilities, got dtype {arr.dtype}")
+        t = torch.as_tensor(arr, dtype=torch.float64).reshape(-1)
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty: there is no reference word to score")
+    if not bool(torch.isfinite(t).all()) or float(t.min()) < 0 or float(t.max()) > 1:
+        raise ValueError(f"{name} must hold probabilities in [0, 1] (the model's probability of each reference "
+                         f"word), got range [{float(t.min())!r}, {float(t.max())!r}]")
+    return t
+
+
+def _check_eps_value(eps) -> float:
+    if isinstance(eps, torch.Tensor):
+        if eps.numel() != 1:
+            raise ValueError(f"eps must be a single number >= 0, got a tensor of shape {tuple(eps.shape)}")
+        eps = eps.item()
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number >= 0 (or None to use the optimal one), got {type(eps).__name__}")
+    eps = float(eps)
+    if math.isnan(eps) or eps < 0:
+        raise ValueError(f"eps must be >= 0 (additive smoothing; math.inf gives the uniform limit), got {eps!r}")
+    return eps
+
+
+def _optimal_lambda(r: torch.Tensor) -> float:
+    """argmax over lambda in [0, 1] of f(lambda) = mean log((1 - lambda) r + lambda), r = V p.
+
+    f is concave (log of an affine function), f'(lambda) = mean (1 - r) / ((1 - lambda) r + lambda)
+    is non-increasing, f'(0) = mean(1/r) - 1 (+inf if some r = 0), f'(1) = 1 - mean(r). So
+    lambda* = 0 if f'(0) <= 0, lambda* = 1 if f'(1) >= 0, and otherwise the root of f' in (0, 1),
+    found by Newton steps safeguarded by a bracket (bisection, geometric once the bracket spans
+    more than a factor 2) to about machine precision.
+    """
+    one_minus_r = 1.0 - r
+    if bool((r > 0).all()):
+        if float((1.0 / r).mean()) - 1.0 <= 0.0:
+            return 0.0
+    if float(one_minus_r.mean()) >= 0.0:
+        return 1.0
+
+    def derivatives(lam: float):
+        denom = (1.0 - lam) * r + lam
+        ratio = one_minus_r / denom
+        return float(ratio.mean()), -float((ratio * ratio).mean())
+
+    lo, hi = 0.0, 1.0           # f'(lo) > 0 > f'(hi)
+    lam = 0.5
+    for _ in range(5000):
+        g, h = derivatives(lam)
+        if g == 0.0:
+            return lam
+        if g > 0:
+            lo = lam
+        else:
+            hi = lam
+        if hi - lo <= 4 * math.ulp(hi):
+            break
+        step = lam - g / h if h < 0 else math.nan
+        if lo < step < hi:
+            new = step
+        elif lo > 0 and hi > 2 * lo:
+            new = math.sqrt(lo * hi)
+        else:
+            new = 0.5 * (lo + hi)
+        if abs(new - lam) <= 2 * math.ulp(lam):
+            lam = new
+            break
+        lam = new
+    return lam
+
+
+def epsilon_perplexity(target_probs, vocab_size: int, eps=None) -> tuple[float, float]:
+    """eps-perplexity (Martins et al. 2020, eq. 9; Chapter 8, ``08_sparse``) and the eps used.
+
+        eps-ppl = exp( -mean_t log( (p_t + eps) / (1 + eps V) ) ),
+
+    additive smoothing of the model's probability p_t of each reference word. ``target_probs``:
+    those probabilities (tensor of any shape and float dtype, any device, or array-like; all
+    entries are scored, in float64), values in [0, 1]; ``vocab_size`` V >= 1.
+
+    ``eps`` given (>= 0): that value. eps = 0 gives plain perplexity (``inf`` if some p_t = 0);
+    eps = ``math.inf`` gives the limit V.
+
+    ``eps=None``: the eps minimising eps-ppl, solved exactly (App. A, without gradient steps).
+    With lambda = eps V / (1 + eps V) in [0, 1), (p + eps)/(1 + eps V) = (1 - lambda) p + lambda/V,
+    so log eps-ppl = -f(lambda) with f(lambda) = mean_t log((1 - lambda) p_t + lambda / V)
+    concave (log of affine). f'(0) = mean 1/(V p_t) - 1 and f'(1) = 1 - V mean p_t:
+
+    * f'(0) <= 0 (all p_t > 0 and well spread): lambda* = 0, eps = 0, plain perplexity;
+    * f'(1) >= 0 (mean p_t <= 1/V, e.g. all p_t = 0): f increases up to lambda = 1, the infimum is
+      the limit eps -> inf; returned as (V, ``math.inf``) (the uniform distribution's perplexity);
+    * otherwise (e.g. some p_t = 0, so f'(0) = +inf): the unique root of f' in (0, 1) by
+      safeguarded Newton to machine precision, then eps = lambda / (V (1 - lambda)).
+
+    Returns ``(value, eps)`` as Python floats.
+    """
+    V = check_positive_int(vocab_size, "vocab_size")
+    p = _as_float64_vector(target_probs, "target_probs")
+    if eps is not None:
+        eps = _check_eps_value(eps)
+        if math.isinf(eps):
+            return float(V), eps
+        if eps == 0.0:
+            return float(torch.exp(-torch.log(p).mean())), 0.0
+        log_ppl = -(torch.log(p + eps).mean() - math.log1p(eps * V))
+        return float(torch.exp(log_ppl)), eps
+    r = p * V
+    lam = _optimal_lambda(r)
+    if lam >= 1.0:
+        return float(V), math.inf
+    if lam == 0.0:
+        return float(torch.exp(-torch.log(p).mean())), 0.0
+    f = torch.log((1.0 - lam) * p + lam / V).mean()
+    return float(torch.exp(-f)), lam / (V * (1.0 - lam))
+
+
+def _check_token_tensor(x, name: str) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor) or x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer torch.Tensor of token ids with shape [B, T]")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must have shape [B, T], got {tuple(x.shape)}")
+    return x.long()
+
+
+def _check_windows(windows) -> list[int]:
+    if isinstance(windows, numbers.Integral) and not isinstance(windows, bool):
+        windows = [windows]
+    try:
+        ws = list(windows)
+    except TypeError:
+        raise TypeError(f"windows must be a sequence of positive integers, got {type(windows).__name__}") from None
+    if not ws:
+        raise ValueError("windows must name at least one window size (e.g. (16, 32, 128, 512))")
+    ws = [check_positive_int(w, "each window") for w in ws]
+    if len(set(ws)) != len(ws):
+        raise ValueError(f"windows must be distinct, got {ws}")
+    return ws
+
+
+def rep_wrep(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None,
+             windows=(16, 32, 128, 512)) -> dict:
+    """Teacher-forced REP and WREP (Martins et al. 2020, Sec. 5.1 and fn. 6, after Welleck et al.
+    2020's rep/l and wrep/l; Chapter 8, ``08_sparse``).
+
+    ``targets[b, t]`` is the ground-truth token at position t of row b and ``predictions[b, t]``
+    the token the decoder produced there given the true prefix (a sample, or the argmax). For a
+    window w, position t is a *repeat* if predictions[b, t] occurs among the previous w
+    ground-truth tokens targets[b, t-w .. t-1] (same row; fewer when t < w); it is a *wrong
+    repeat* if it is a repeat and predictions[b, t] != targets[b, t]. Per window:
+
+        rep  = #repeats / #scored positions,    wrep = #wrong repeats / #scored positions,
+
+    pooled over all scored positions of the batch (not averaged per row). Scored positions are
+    ``mask``'s True entries (default: all). The history is every earlier entry of ``targets``,
+    scored or not (so a context can be put in front with mask False); negative ids in ``targets``
+    (e.g. PAD = -1) never match. Predictions at scored positions must be ids >= 0.
+
+    Returns ``{w: {"rep": float, "wrep": float} for w in windows}`` plus ``"mean"``: the average
+    of each over the windows (the numbers in Martins et al.'s tables).
+
+    Complexity: one sort of the 2BT (row, token, position) events, giving for each prediction the
+    position of the last earlier occurrence of its token in the row's targets; O(BT log BT) in
+    tensor ops, no Python loop over tokens, on the inputs' device.
+    """
+    predictions = _check_token_tensor(predictions, "predictions")
+    targets = _check_token_tensor(targets, "targets")
+    if predictions.shape != targets.shape:
+        raise ValueError(f"predictions and targets must have the same shape [B, T], got "
+                         f"{tuple(predictions.shape)} and {tuple(targets.shape)}")
+    ws = _check_windows(windows)
+    device = targets.device
+    predictions = predictions.to(device)
+    if mask is None:
+        mask = torch.ones_like(targets, dtype=torch.bool)
+    else:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise TypeError("mask must be a bool torch.Tensor [B, T] (True = position is scored)")
+        if mask.shape != targets.shape:
+            raise ValueError(f"mask must have the shape of targets {tuple(targets.shape)}, got {tuple(mask.shape)}")
+        mask = mask.to(device)
+    n = int(mask.sum())
+    if n == 0:
+        raise ValueError("no position is scored (empty input or mask all False): REP/WREP are undefined")
+    if int(predictions[mask].min()) < 0:
+        raise ValueError("predictions at scored positions must be token ids >= 0")
+
+    B, T = targets.shape
+    rows = torch.arange(B, device=device).unsqueeze(1).expand(B, T)
+    pos = torch.arange(T, device=device).unsqueeze(0).expand(B, T)
+    t_keep = targets >= 0
+    key_span = int(max(int(targets.max()), int(predictions[mask].max()))) + 1
+    # Events: queries (scored predictions, kind 0) and history (targets, kind 1). Ordered by
+    # (row, token) group, then position, queries before targets at the same position (a query at
+    # t must only see targets at positions < t).
+    q_group = rows[mask] * key_span + predictions[mask]
+    q_pos = pos[mask]
+    h_group = rows[t_keep] * key_span + targets[t_keep]
+    h_pos = pos[t_keep]
+    group = torch.cat([q_group, h_group])
+    time = torch.cat([2 * q_pos, 2 * h_pos + 1])
+    order = torch.sort(time, stable=True).indices
+    order = order[torch.sort(group[order], stable=True).indices]
+    g_sorted, time_sorted = group[order], time[order]
+    is_hist = (time_sorted % 2) == 1
+    idx = torch.arange(order.numel(), device=device)
+    last = torch.cummax(torch.where(is_hist, idx, torch.full_like(idx, -1)), dim=0).values
+    found = (last >= 0) & (g_sorted[last.clamp(min=0)] == g_sorted)
+    gap_sorted = torch.where(found, (time_sorted - time_sorted[last.clamp(min=0)]) // 2 + 1,
+                             torch.full_like(idx, T + 1))
+    # gap = t - j where j is the last earlier target position holding the predicted token
+    # ((2t) - (2j + 1)) // 2 + 1 = t - j; T + 1 = "never" (beyond every window that fits).
+    gap = torch.empty_like(gap_sorted)
+    gap[order] = gap_sorted
+    gap = gap[: q_pos.numel()]
+    wrong = (predictions[mask] != targets[mask])
+    out: dict = {}
+    for w in ws:
+        repeat = gap <= w
+        out[w] = {"rep": float(repeat.sum()) / n, "wrep": float((repeat & wrong).sum()) / n}
+    out["mean"] = {k: sum(out[w][k] for w in ws) / len(ws) for k in ("rep", "wrep")}
+    return out
+
+
+def _flat_sequences(sequences, lengths, include_eos: bool):
+    """(flat tokens, row id per token) from a Generation, a [B, T] tensor (+ lengths) or lists."""
+    if all(hasattr(sequences, f) for f in ("tokens", "lengths", "eos_id")):
+        if lengths is not None:
+            raise ValueError("lengths must not be given with a Generation (its own lengths are used)")
+        tokens = sequences.tokens
+        lengths = sequences.lengths.to(tokens.device).long()
+        if not include_eos:
+            terminated = getattr(sequences, "terminated", None)
+            if terminated is None:
+                raise TypeError("a Generation needs its terminated field to drop the final eos")
+            lengths = lengths - terminated.to(tokens.device).long()
+        sequences = tokens
+    if isinstance(sequences, torch.Tensor):
+        tokens = _check_token_tensor(sequences, "sequences")
+        B, T = tokens.shape
+        if lengths is None:
+            lengths = torch.full((B,), T, dtype=torch.long, device=tokens.device)
+        else:
+            if not isinstance(lengths, torch.Tensor) or lengths.is_floating_point() or lengths.dtype == torch.bool:
+                raise TypeError("lengths must be an integer torch.Tensor [B]")
+            lengths = lengths.to(tokens.device).long()
+            if lengths.shape != (B,):
+                raise ValueError(f"lengths must have shape [B] = ({B},), got {tuple(lengths.shape)}")
+            if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+                raise ValueError(f"lengths must lie in [0, T = {T}]")
+        keep = torch.arange(T, device=tokens.device).unsqueeze(0) < lengths.unsqueeze(1)
+        row = torch.arange(B, device=tokens.device).unsqueeze(1).expand(B, T)
+        return tokens[keep], row[keep]
+    if lengths is not None:
+        raise ValueError("lengths is only for a [B, T] tensor of token ids")
+    if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
+        raise TypeError("sequences must be a list of token-id lists, a [B, T] LongTensor (with lengths) or a Generation")
+    seqs = [torch.as_tensor(s, dtype=torch.long).reshape(-1) if not isinstance(s, torch.Tensor)
+            else _check_token_tensor(s.reshape(1, -1), "each sequence").reshape(-1).cpu() for s in sequences]
+    if not seqs:
+        return torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long)
+    sizes = torch.tensor([s.numel() for s in seqs], dtype=torch.long)
+    return torch.cat(seqs), torch.repeat_interleave(torch.arange(len(seqs)), sizes)
+
+
+def distinct_n(sequences, n: int, lengths: torch.Tensor | None = None, include_eos: bool = False,
+               per: str = "ngrams") -> float:
+    """distinct-n of a corpus of generated sequences (Li et al. 2016a; Martins et al. 2020,
+    Sec. 5.2 and 5.3, fn. 10; Chapter 8, ``08_sparse``).
+
+    Pooled over the corpus: the number of distinct n-grams among all sequences, divided by
+
+    * ``per="ngrams"`` (default): the total number of n-grams, so the value lies in (0, 1] and is
+      1 iff no n-gram repeats anywhere in the corpus;
+    * ``per="tokens"``: the total number of tokens, the literal wording of Li et al. (2016a) and
+      Martins et al. fn. 10 ("divided by the total number of generated words").
+
+    The two differ only by the factor (#tokens - (n - 1) #sequences) / #tokens. n-grams never
+    cross a sequence boundary; a sequence shorter than n contributes no n-gram (but its tokens
+    still count for ``per="tokens"``). No n-gram at all (empty corpus, or every sequence shorter
+    than n with ``per="ngrams"``) raises ``ValueError``.
+
+    ``sequences``: a list of token-id lists (or 1-D tensors); a [B, T] integer tensor, with
+    optional ``lengths`` [B] (row b is ``tokens[b, :lengths[b]]``, default all T); or a
+    :class:`nmst_lib.decoding.Generation`, read as ``tokens[b, :lengths[b]]`` without the final
+    eos of terminated rows (eos ends a continuation; it is not a word), unless ``include_eos``.
+    """
+    n = check_positive_int(n, "n")
+    if per not in ("ngrams", "tokens"):
+        raise ValueError(f"per must be 'ngrams' or 'tokens', got {per!r}")
+    flat, row = _flat_sequences(sequences, lengths, include_eos)
+    total_tokens = flat.numel()
+    m = total_tokens - n + 1
+    if m > 0:
+        starts = torch.arange(m, device=flat.device)
+        grams = flat.unfold(0, n, 1)  # [m, n]
+        same_row = row[starts] == row[starts + n - 1]
+        grams = grams[same_row]
+    else:
+        grams = flat.new_empty((0, n))
+    if per == "ngrams" and grams.shape[0] == 0:
+        raise ValueError(f"the sequences hold no {n}-gram (every sequence is shorter than n = {n}): distinct-{n} is undefined")
+    if per == "tokens" and total_tokens == 0:
+        raise ValueError("the sequences hold no token: distinct-n is undefined")
+    distinct = torch.unique(grams, dim=0).shape[0] if grams.shape[0] else 0
+    return distinct / (grams.shape[0] if per == "ngrams" else total_tokens)
