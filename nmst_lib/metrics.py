@@ -299,11 +299,15 @@ def _js_from_target_prob(p_y: torch.Tensor) -> torch.Tensor:
     """JS(p, e_y) = log 2 + [p_y log p_y - (1 + p_y) log(1 + p_y)] / 2 (nats), evaluated stably.
 
     Written with q = 1 - p_y (exact for p_y >= 1/2) as
-    [q log 2 + p_y log1p(-q / (1 + p_y)) - log1p(-q / 2)] / 2, where every term is O(q) near
-    p_y = 1 (no cancellation against log 2); p_y log(...) is taken as 0 at p_y = 0.
+    [q log 2 + p_y log(2 p_y / (1 + p_y)) - log1p(-q / 2)] / 2, where every term is O(q) near
+    p_y = 1 (no cancellation against log 2). The middle term is p_y log1p(-q / (1 + p_y)) for
+    p_y >= 1/2 (accurate near 1) and xlogy(p_y, 2 p_y / (1 + p_y)) below (0 at p_y = 0, no
+    log1p(-1) for tiny p_y).
     """
     q = 1.0 - p_y
-    middle = torch.where(p_y > 0, p_y * torch.log1p(-q / (1.0 + p_y)), torch.zeros_like(p_y))
+    near_one = p_y * torch.log1p(-q / (1.0 + p_y))
+    elsewhere = torch.xlogy(p_y, 2.0 * p_y / (1.0 + p_y))
+    middle = torch.where(p_y >= 0.5, near_one, elsewhere)
     return 0.5 * (q * math.log(2.0) + middle - torch.log1p(-0.5 * q))
 
 
@@ -541,10 +545,11 @@ def rep_wrep(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
     idx = torch.arange(order.numel(), device=device)
     last = torch.cummax(torch.where(is_hist, idx, torch.full_like(idx, -1)), dim=0).values
     found = (last >= 0) & (g_sorted[last.clamp(min=0)] == g_sorted)
+    never = max(ws) + 1  # beyond every window
     gap_sorted = torch.where(found, (time_sorted - time_sorted[last.clamp(min=0)]) // 2 + 1,
-                             torch.full_like(idx, T + 1))
-    # gap = t - j where j is the last earlier target position holding the predicted token
-    # ((2t) - (2j + 1)) // 2 + 1 = t - j; T + 1 = "never" (beyond every window that fits).
+                             torch.full_like(idx, never))
+    # gap = t - j where j is the last earlier target position holding the predicted token:
+    # ((2t) - (2j + 1)) // 2 + 1 = t - j.
     gap = torch.empty_like(gap_sorted)
     gap[order] = gap_sorted
     gap = gap[: q_pos.numel()]
