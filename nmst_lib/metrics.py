@@ -396,6 +396,8 @@ def _optimal_lambda(r: torch.Tensor) -> float:
         if hi - lo <= 4 * math.ulp(hi):
             break
         step = lam - g / h if h < 0 else math.nan
+        if abs(step - lam) <= 2 * math.ulp(lam):
+            break  # Newton has converged (it may approach from one side: the bracket stays wide)
         if lo < step < hi:
             new = step
         elif lo > 0 and hi > 2 * lo:
