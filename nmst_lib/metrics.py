@@ -492,7 +492,9 @@ def rep_wrep(predictions: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
 
         rep  = #repeats / #scored positions,    wrep = #wrong repeats / #scored positions,
 
-    pooled over all scored positions of the batch (not averaged per row). Scored positions are
+    pooled over all scored positions of the batch (not averaged per row; for rows of equal
+    length with every position scored this is the mean of per-row fractions, the authors'
+    ``repeat_at_1`` evaluated block by block). Scored positions are
     ``mask``'s True entries (default: all). The history is every earlier entry of ``targets``,
     scored or not (so a context can be put in front with mask False); negative ids in ``targets``
     (e.g. PAD = -1) never match. Predictions at scored positions must be ids >= 0.
