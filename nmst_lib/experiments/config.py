@@ -21,6 +21,9 @@ __all__ = [
     "PROFILES",
     "ARCHS",
     "HEADS",
+    "NLL_HEADS",
+    "SPARSE_HEADS",
+    "EPS_HEADS",
     "PAPER_EPS",
     "CPU_EPS",
     "GREEDY_ONLY",
@@ -47,8 +50,16 @@ stored result then becomes STALE."""
 
 PROFILES = ("quick", "cpu", "paper")
 ARCHS = ("rnn", "lstm")
-HEADS = ("va", "st", "nmst")
-_HEAD_ALIASES = {"va": "va", "vanilla": "va", "softmax": "va", "st": "st", "nmst": "nmst"}
+HEADS = ("va", "st", "nmst", "entmax", "nmst-entmax")
+_HEAD_ALIASES = {"va": "va", "vanilla": "va", "softmax": "va", "st": "st", "nmst": "nmst", "entmax": "entmax",
+                 "nmst-entmax": "nmst-entmax", "nmst_entmax": "nmst-entmax"}
+NLL_HEADS = ("va", "st", "nmst")
+"""Heads trained with the negative log-likelihood: their validation loss is log perplexity."""
+SPARSE_HEADS = ("entmax", "nmst-entmax")
+"""Heads trained with an entmax (Fenchel-Young) loss (Martins et al. (2020) eq. 6; Chapter 8,
+08_sparse): sparse outputs, so perplexity can be infinite; they need ``alpha`` > 1."""
+EPS_HEADS = ("st", "nmst", "nmst-entmax")
+"""Heads with the eps of the eos lower bound 1 - (1 - eps)^t."""
 
 PAPER_EPS = (1e-5, 5e-5, 1e-4, 5e-4)
 """eps grid of Choi, Cho, Lee (2023) Sec. 4.1."""
@@ -75,29 +86,60 @@ class DecoderSpec:
     beam_size: int | None = None
     consistent: bool = False
     sampling: bool = False
+    alpha: float | None = None
+    temperature: float | None = None
 
     def decode_kwargs(self) -> dict:
         """Keyword arguments for :func:`nmst_lib.decoding.decode` (besides ``max_len``)."""
         kw = {"consistent": self.consistent} if self.consistent else {}
-        for key in ("k", "p", "beam_size"):
+        for key in ("k", "p", "beam_size", "alpha", "temperature"):
             if getattr(self, key) is not None:
                 kw[key] = getattr(self, key)
         return kw
 
 
-_DECODER_RE = re.compile(r"^(consistent-)?(greedy|ancestral|top-(\d+)|nucleus-([0-9.]+)|beam-(\d+))$")
+_DECODER_RE = re.compile(r"^(consistent-)?(greedy|ancestral|top-(\d+)|nucleus-([0-9.]+)|beam-(\d+)"
+                         r"|entmax-([0-9.]+)|temperature-([0-9.]+))$")
+
+
+def _decoder_number(text: str, name: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"decoder {name!r}: {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"decoder {name!r}: the number must be finite, got {text!r}")
+    return value
 
 
 def parse_decoder(name: str) -> DecoderSpec:
     """Parse ``greedy``, ``ancestral``, ``top-K``, ``nucleus-P``, ``beam-B``, and
     ``consistent-top-K`` / ``consistent-nucleus-P`` (Welleck et al. 2020, Defs. 2.5-2.8, 4.1,
-    4.2, A.2; Chapter 1, 01_decoding, and Chapter 3, 03_consistent_sampling)."""
+    4.2, A.2; Chapter 1, 01_decoding, and Chapter 3, 03_consistent_sampling), plus the decoders
+    of Martins et al. (2020) Sec. 3 and 5.1 (Chapter 8, 08_sparse): ``entmax-A`` (entmax
+    sampling, eq. 7: sample from alpha-entmax of the model's scores, A > 1, e.g. ``entmax-1.5``)
+    and ``temperature-T`` (softmax with temperature, ancestral sampling from softmax(log p / T),
+    T > 0, e.g. ``temperature-0.95``)."""
     m = _DECODER_RE.match(name) if isinstance(name, str) else None
-    allowed = "greedy, ancestral, top-K, nucleus-P, beam-B, consistent-top-K, consistent-nucleus-P"
+    allowed = ("greedy, ancestral, top-K, nucleus-P, beam-B, consistent-top-K, consistent-nucleus-P, entmax-A, "
+               "temperature-T")
     if m is None:
-        raise ValueError(f"unknown decoder {name!r}: use one of {allowed} (e.g. top-2, nucleus-0.4, beam-4)")
+        raise ValueError(f"unknown decoder {name!r}: use one of {allowed} (e.g. top-2, nucleus-0.4, beam-4, "
+                         "entmax-1.5, temperature-0.95)")
     consistent = m.group(1) is not None
-    if m.group(3) is not None:
+    if m.group(6) is not None:
+        alpha = _decoder_number(m.group(6), name)
+        if not alpha > 1.0:
+            raise ValueError(f"entmax sampling needs alpha > 1, got {alpha} in {name!r} (alpha = 1 is softmax: "
+                             "use 'ancestral')")
+        spec = DecoderSpec(name, "entmax", alpha=alpha, sampling=True)
+    elif m.group(7) is not None:
+        temperature = _decoder_number(m.group(7), name)
+        if not temperature > 0.0:
+            raise ValueError(f"the temperature must be > 0, got {temperature} in {name!r} (use 'greedy' for the "
+                             "limit T -> 0)")
+        spec = DecoderSpec(name, "ancestral", temperature=temperature, sampling=True)
+    elif m.group(3) is not None:
         spec = DecoderSpec(name, "top-k", k=check_positive_int(int(m.group(3)), "top-k's k"), sampling=True,
                            consistent=consistent)
     elif m.group(4) is not None:
@@ -109,16 +151,18 @@ def parse_decoder(name: str) -> DecoderSpec:
         spec = DecoderSpec(name, "beam", beam_size=check_positive_int(int(m.group(5)), "beam size"))
     else:
         spec = DecoderSpec(name, m.group(2), sampling=m.group(2) == "ancestral")
-    if consistent and spec.method not in ("top-k", "nucleus"):
+    if consistent and (spec.method not in ("top-k", "nucleus")):
         raise ValueError(f"'consistent-' applies to top-K and nucleus-P only, got {name!r}")
     return spec
 
 
 def normalise_head(head: str) -> str:
-    """``va``/``vanilla``/``softmax`` -> ``va``; ``st``; ``nmst`` (case-insensitive)."""
+    """``va``/``vanilla``/``softmax`` -> ``va``; ``st``; ``nmst``; ``entmax``;
+    ``nmst-entmax``/``nmst_entmax`` -> ``nmst-entmax`` (case-insensitive)."""
     key = head.lower() if isinstance(head, str) else head
     if key not in _HEAD_ALIASES:
-        raise ValueError(f"unknown head {head!r}: choose one of va (vanilla softmax), st, nmst")
+        raise ValueError(f"unknown head {head!r}: choose one of va (vanilla softmax), st, nmst, entmax "
+                         "(alpha-entmax, Chapter 8), nmst-entmax (NMST eos + alpha-entmax, Chapter 8)")
     return _HEAD_ALIASES[key]
 
 
@@ -132,12 +176,19 @@ class ExperimentConfig:
     ``context_len`` k, ``vocab_cap`` (N most frequent training words + ``<unk>``; None = all),
     ``max_train_tokens`` (training sequences kept in order until this many tokens; None = all),
     ``max_eval_tokens`` (the same for the validation and test splits; None = all).
-    Model: ``arch`` (rnn|lstm), ``head`` (va|st|nmst), ``eps`` (ST/NMST only), ``hidden``,
-    ``layers``, ``dropout`` (tied embeddings, embedding size = hidden).
-    Optimisation: AdamW(``lr``, ``betas``, ``weight_decay``); the learning rate is multiplied
-    by ``lr_decay`` after every epoch whose validation perplexity does not improve; training
-    stops after ``patience`` such epochs in a row or ``max_epochs``; the best epoch by
-    validation perplexity is kept; ``batch_size`` sequences (and at most ``max_batch_tokens``
+    Model: ``arch`` (rnn|lstm), ``head`` (va|st|nmst|entmax|nmst-entmax), ``eps`` (ST, NMST and
+    NMST-entmax only), ``alpha`` (entmax and NMST-entmax only: the alpha > 1 of alpha-entmax,
+    Martins et al. (2020) eq. 2; Chapter 8, 08_sparse), ``hidden``, ``layers``, ``dropout`` (tied
+    embeddings, embedding size = hidden).
+    Optimisation: AdamW(``lr``, ``betas``, ``weight_decay``) on the mean of the head's own
+    per-token loss (:meth:`nmst_lib.heads.OutputHead.token_losses`: the negative log-likelihood for
+    va/st/nmst, the entmax loss of Martins et al. (2020) eq. 6 for entmax, its NMST version for
+    nmst-entmax); the learning rate is multiplied by ``lr_decay`` after every epoch whose
+    validation score does not improve; training stops after ``patience`` such epochs in a row or
+    ``max_epochs``; the best epoch by validation score is kept. The validation score is the
+    validation mean of the head's own loss: for va/st/nmst that is log perplexity, so the
+    perplexity itself is compared (as in Chapter 6); for entmax heads perplexity can be infinite
+    (a reference word outside the support), so the mean entmax loss is compared; ``batch_size`` sequences (and at most ``max_batch_tokens``
     padded tokens) per batch, bucketed by length; gradient-norm clipping at ``clip``.
     Decoding: every name in ``decoders`` (see :func:`parse_decoder`) decodes a fixed set of
     ``num_decode_contexts`` validation contexts (None = all) once, up to ``decode_max_len``
@@ -152,6 +203,7 @@ class ExperimentConfig:
     head: str = "va"
     eps: float | None = None
     seed: int = 0
+    alpha: float | None = None
     # data
     data_source: str = "auto"
     substitute_seed: int = 0
@@ -184,21 +236,30 @@ class ExperimentConfig:
 
     @property
     def key(self) -> str:
-        """File-name key: profile, arch, head, eps, seed (the identity of a run in a suite)."""
+        """File-name key: profile, arch, head, eps, alpha, seed (the identity of a run in a suite),
+        e.g. ``cpu-lstm-nmst-eps5e-4-seed0``, ``cpu-lstm-entmax-a1.5-seed0``,
+        ``cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0``."""
         eps = "" if self.eps is None else f"-eps{self.eps:.0e}".replace("e-0", "e-")
-        return f"{self.profile}-{self.arch}-{self.head}{eps}-seed{self.seed}"
+        alpha = "" if self.alpha is None else f"-a{self.alpha:g}"
+        return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}-seed{self.seed}"
 
     @property
     def label(self) -> str:
-        """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``."""
-        eps = "" if self.eps is None else f" (eps={self.eps:.0e})"
-        return f"{self.head.upper()}+{self.arch.upper()}{eps}"
+        """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``, ``ENTMAX+LSTM (alpha=1.5)``."""
+        parts = ([] if self.eps is None else [f"eps={self.eps:.0e}"]) + (
+            [] if self.alpha is None else [f"alpha={self.alpha:g}"])
+        extra = f" ({', '.join(parts)})" if parts else ""
+        return f"{self.head.upper()}+{self.arch.upper()}{extra}"
 
     def to_dict(self) -> dict:
-        """JSON-ready dict of every field (tuples become lists)."""
+        """JSON-ready dict of every field (tuples become lists). ``alpha`` is left out when it is
+        None (every head but entmax and nmst-entmax), so that configs written before the field
+        existed (Chapter 6's committed results) keep their :func:`config_hash`."""
         d = asdict(self)
         d["betas"] = list(self.betas)
         d["decoders"] = list(self.decoders)
+        if d["alpha"] is None:
+            del d["alpha"]
         return d
 
     def replace(self, **changes) -> "ExperimentConfig":
@@ -225,13 +286,26 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     changes["arch"] = arch
     head = normalise_head(config.head)
     changes["head"] = head
-    if head == "va":
+    if head not in EPS_HEADS:
         if config.eps is not None:
-            raise ValueError("eps applies to the st and nmst heads only; leave it out (None) for head va")
+            raise ValueError(f"eps applies to the st, nmst and nmst-entmax heads only; leave it out (None) for "
+                             f"head {head}")
     else:
         if config.eps is None:
             raise ValueError(f"head {head} needs eps in (0, 1), e.g. 1e-4 (the paper uses {PAPER_EPS})")
         changes["eps"] = check_eps(config.eps)
+    if head in SPARSE_HEADS:
+        if config.alpha is None:
+            raise ValueError(f"head {head} needs alpha > 1 (alpha-entmax; Martins et al. (2020) use 1.2 on "
+                             "WikiText-2, 1.5 is the exact sort-based entmax15)")
+        _check_number(config.alpha, "alpha")
+        if not (math.isfinite(config.alpha) and config.alpha > 1):
+            raise ValueError(f"alpha must be a finite number > 1 for head {head} (alpha = 1 is softmax: use "
+                             f"{'va' if head == 'entmax' else 'nmst'}), got {config.alpha!r}")
+        changes["alpha"] = float(config.alpha)
+    elif config.alpha is not None:
+        raise ValueError(f"alpha applies to the entmax and nmst-entmax heads only; leave it out (None) for head "
+                         f"{head}")
     for name in ("seed", "substitute_seed"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -352,12 +426,17 @@ def default_decoders(profile: str, head: str, eps: float | None, seed: int = 0) 
     ``quick``: greedy, top-2, beam-2 for every model. ``cpu``/``paper``: VA gets every decoder
     plus consistent top-k / nucleus (Welleck et al. 2020, Defs. 4.1-4.2); ST/NMST at
     :data:`FEATURED_EPS` get every decoder; other eps get greedy only. In the ``cpu`` profile
-    only seed 0 gets more than greedy (the other seeds give Table 1's and Fig. 2's spread)."""
+    only seed 0 gets more than greedy (the other seeds give Table 1's and Fig. 2's spread).
+    The sparse heads of Chapter 8 (08_sparse; entmax, nmst-entmax) get greedy and ancestral
+    sampling from their own sparse distribution, which is entmax sampling (Martins et al. (2020)
+    eq. 7), at every profile."""
+    head = normalise_head(head)
+    if head in SPARSE_HEADS:  # Chapter 8 (08_sparse): greedy and the model's own sampler (entmax sampling)
+        return ("greedy", "ancestral")
     if profile == "quick":
         return ("greedy", "top-2", "beam-2")
     if profile == "cpu" and seed != 0:
         return GREEDY_ONLY
-    head = normalise_head(head)
     if head == "va":
         return ALL_DECODERS + VA_CONSISTENT_DECODERS
     if eps is not None and math.isclose(eps, FEATURED_EPS[profile]):
@@ -389,7 +468,9 @@ def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", ep
       :data:`PAPER_EPS`, 10 seeds (see :func:`nmst_lib.experiments.runs.suite_configs`),
       L = 1e5. Needs a GPU.
 
-    Decoders default to :func:`default_decoders`.
+    Decoders default to :func:`default_decoders`. The entmax heads of Chapter 8 (08_sparse)
+    take their ``alpha`` as an override (``make_config("cpu", "lstm", "entmax", alpha=1.5)``) and
+    use the same profile defaults as the other heads.
     """
     if profile not in _PROFILE_DEFAULTS:
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
