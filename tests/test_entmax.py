@@ -1,0 +1,425 @@
+"""nmst_lib.entmax (Chapter 8 (08_sparse)) against its definitions and the ``entmax`` package 1.3.
+
+The package is a required test dependency (pyproject ``test`` extra): importing it must not be
+skipped, so that a missing package fails CI instead of hiding these comparisons.
+"""
+
+from __future__ import annotations
+
+import math
+
+import entmax as pkg
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nmst_lib.entmax import (
+    entmax,
+    entmax15,
+    entmax_bisect,
+    entmax_loss,
+    entmax_threshold,
+    log_entmax,
+    sparsemax,
+    tsallis_entropy,
+)
+
+F64 = torch.float64
+HYP = settings(max_examples=25, deadline=None)
+
+
+def _pkg_loss(z, y, alpha):
+    if alpha == 2.0:
+        return pkg.sparsemax_loss(z, y)
+    if alpha == 1.5:
+        return pkg.entmax15_loss(z, y)
+    return pkg.entmax_bisect_loss(z, y, alpha)
+
+
+OURS_AND_PKG = {
+    "sparsemax": (lambda z, d: sparsemax(z, dim=d), lambda z, d: pkg.sparsemax(z, dim=d)),
+    "entmax15": (lambda z, d: entmax15(z, dim=d), lambda z, d: pkg.entmax15(z, dim=d)),
+    "bisect1.3": (lambda z, d: entmax_bisect(z, 1.3, dim=d), lambda z, d: pkg.entmax_bisect(z, 1.3, dim=d)),
+    "bisect2.5": (lambda z, d: entmax_bisect(z, 2.5, dim=d), lambda z, d: pkg.entmax_bisect(z, 2.5, dim=d)),
+}
+
+
+def _value_and_grad(fn, z, w):
+    x = z.clone().requires_grad_()
+    p = fn(x)
+    (p * w).sum().backward()
+    return p.detach(), x.grad
+
+
+# ------------------------------------------------------------------------- package agreement
+@pytest.mark.parametrize("name", list(OURS_AND_PKG))
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_forward_and_gradient_match_package_on_every_dim(name, dim):
+    ours, ref = OURS_AND_PKG[name]
+    g = torch.Generator().manual_seed(1)
+    z = 2 * torch.randn(4, 6, 5, generator=g, dtype=F64)
+    w = torch.randn(4, 6, 5, generator=g, dtype=F64)
+    p, gz = _value_and_grad(lambda x: ours(x, dim), z, w)
+    q, gq = _value_and_grad(lambda x: ref(x, dim), z, w)
+    torch.testing.assert_close(p, q, atol=1e-12, rtol=0)
+    torch.testing.assert_close(gz, gq, atol=1e-12, rtol=0)
+    torch.testing.assert_close(p.sum(dim), torch.ones_like(p.sum(dim)), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("alpha", [1.3, 1.5, 2.0, 2.5])
+def test_loss_and_its_gradient_match_package(alpha):
+    g = torch.Generator().manual_seed(2)
+    z = 3 * torch.randn(7, 9, generator=g, dtype=F64)
+    y = torch.randint(0, 9, (7,), generator=g)
+    w = torch.rand(7, generator=g, dtype=F64)
+    a = z.clone().requires_grad_()
+    b = z.clone().requires_grad_()
+    la, lb = entmax_loss(a, y, alpha), _pkg_loss(b, y, alpha)
+    (la * w).sum().backward()
+    (lb * w).sum().backward()
+    torch.testing.assert_close(la, lb, atol=1e-12, rtol=0)
+    torch.testing.assert_close(a.grad, b.grad, atol=1e-12, rtol=0)
+
+
+def test_bisect_alpha_gradient_matches_package_for_per_row_alpha():
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(3, 8, generator=g, dtype=F64)
+    w = torch.randn(3, 8, generator=g, dtype=F64)
+    alphas = torch.tensor([[1.2], [1.7], [2.4]], dtype=F64)
+    grads = []
+    for fn in (entmax_bisect, pkg.entmax_bisect):
+        x, al = z.clone().requires_grad_(), alphas.clone().requires_grad_()
+        (fn(x, al, -1) * w).sum().backward()
+        grads.append((x.grad, al.grad))
+    torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-10, rtol=0)
+    torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-10, rtol=0)
+
+
+def test_gpt2_vocabulary_float32_matches_package_forward_and_gradient():
+    V = 50257
+    g = torch.Generator().manual_seed(4)
+    z = 3 * torch.randn(2, V, generator=g)
+    w = torch.randn(2, V, generator=g)
+    for ours, ref in (OURS_AND_PKG["sparsemax"], OURS_AND_PKG["entmax15"]):
+        p, gz = _value_and_grad(lambda x: ours(x, -1), z, w)
+        q, gq = _value_and_grad(lambda x: ref(x, -1), z, w)
+        assert p.dtype == torch.float32
+        assert torch.equal(p > 0, q > 0)
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=0)
+        torch.testing.assert_close(gz, gq, atol=1e-5, rtol=0)
+    y = torch.tensor([0, V - 1])
+    torch.testing.assert_close(entmax_loss(z, y, 1.5), pkg.entmax15_loss(z, y), atol=1e-4, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------ gradients
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: sparsemax(x, dim=0),
+        lambda x: entmax15(x, dim=0),
+        lambda x: entmax15(x, dim=1, k=2),
+        lambda x: entmax_bisect(x, 1.7, dim=0),
+        lambda x: entmax_bisect(x, 3.0, dim=1),
+        lambda x: entmax_threshold(x, 1.5, dim=0),
+        lambda x: entmax_threshold(x, 1.25, dim=1),
+        lambda x: entmax_threshold(x, 2, dim=1),
+        lambda x: entmax_loss(x, torch.tensor([1, 0, 4]), 1.5),
+        lambda x: entmax_loss(x, torch.tensor([1, 0, 4]), 2.0),
+        lambda x: entmax_loss(x, torch.tensor([3, 0, 2]), 1.4),
+    ],
+    ids=["sparsemax", "entmax15", "entmax15-k2", "bisect1.7", "bisect3", "tau1.5", "tau1.25", "tau2",
+         "loss1.5", "loss2", "loss1.4"],
+)
+def test_hand_written_backward_passes_gradcheck_float64(fn):
+    z = torch.randn(3, 6, generator=torch.Generator().manual_seed(5), dtype=F64).requires_grad_()
+    assert torch.autograd.gradcheck(fn, (z,))
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 1.3])
+def test_log_entmax_gradient_on_support_passes_gradcheck(alpha):
+    z = torch.randn(3, 6, generator=torch.Generator().manual_seed(6), dtype=F64).requires_grad_()
+    supp = entmax(z.detach(), alpha) > 0
+    assert torch.autograd.gradcheck(lambda x: log_entmax(x, alpha)[supp], (z,))
+
+
+def test_per_row_alpha_gradient_passes_gradcheck():
+    z = torch.randn(3, 6, generator=torch.Generator().manual_seed(7), dtype=F64).requires_grad_()
+    al = torch.tensor([[1.2], [1.5], [2.6]], dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, a: entmax_bisect(x, a), (z, al))
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.5, 2.0, 1.3])
+def test_loss_gradient_is_p_minus_onehot_times_incoming_gradient(alpha):
+    g = torch.Generator().manual_seed(8)
+    z = torch.randn(2, 3, 7, generator=g, dtype=F64)
+    y = torch.randint(0, 7, (2, 3), generator=g)
+    w = torch.randn(2, 3, generator=g, dtype=F64)
+    x = z.clone().requires_grad_()
+    (entmax_loss(x, y, alpha) * w).sum().backward()
+    expected = (entmax(z, alpha) - F.one_hot(y, 7).to(F64)) * w.unsqueeze(-1)
+    torch.testing.assert_close(x.grad, expected, atol=1e-12, rtol=0)
+
+
+# -------------------------------------------------------------------------- extreme inputs
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 1.3])
+def test_logits_of_magnitude_1e4_in_float32_give_the_float64_distribution(alpha):
+    g = torch.Generator().manual_seed(9)
+    z = 1e4 * torch.randn(4, 30, generator=g)
+    z[:, 0] = 1e4
+    z[:, 1] = 1e4 - 0.5
+    z[:, 2] = -1e4
+    p32 = entmax(z, alpha)
+    p64 = entmax(z.double(), alpha)
+    assert torch.isfinite(p32).all()
+    torch.testing.assert_close(p32.double(), p64, atol=1e-5, rtol=0)
+    y = torch.zeros(4, dtype=torch.long)
+    loss = entmax_loss(z, y, alpha)
+    assert torch.isfinite(loss).all()
+    torch.testing.assert_close(loss.double(), entmax_loss(z.double(), y, alpha), atol=1e-3, rtol=1e-6)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.5, 2.0, 1.3])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_neg_inf_entries_get_exactly_zero_and_leave_the_rest_unchanged(alpha, dim):
+    g = torch.Generator().manual_seed(10)
+    z = torch.randn(5, 8, generator=g, dtype=F64)
+    mask = torch.zeros(5, 8, dtype=torch.bool)
+    mask[1, 2:] = True  # one finite entry left in row 1 / column 0 ...
+    mask[3, ::2] = True
+    if dim == 0:
+        z, mask = z.T.contiguous(), mask.T.contiguous()
+    zm = z.masked_fill(mask, float("-inf"))
+    x = zm.clone().requires_grad_()
+    p = entmax(x, alpha, dim=dim)
+    assert (p[mask] == 0).all()
+    # each slice equals entmax of its finite entries alone
+    for i in range(z.shape[1 - dim]):
+        row = zm.select(1 - dim, i)
+        keep = torch.isfinite(row)
+        torch.testing.assert_close(p.detach().select(1 - dim, i)[keep], entmax(row[keep], alpha), atol=1e-12, rtol=0)
+    (p * torch.randn(p.shape, generator=g, dtype=F64)).sum().backward()
+    assert torch.isfinite(x.grad).all() and (x.grad[mask] == 0).all()
+    logp = log_entmax(zm, alpha, dim=dim)
+    assert torch.isneginf(logp[mask]).all()
+    y = zm.argmax(dim)
+    loss = entmax_loss(zm, y, alpha, dim=dim)
+    assert torch.isfinite(loss).all()
+
+
+@pytest.mark.parametrize("bad", [float("-inf"), float("inf"), float("nan")])
+@pytest.mark.parametrize("alpha", [1.0, 1.5, 2.0, 1.3])
+def test_slice_without_finite_maximum_raises_value_error(bad, alpha):
+    z = torch.zeros(3, 4)
+    z[1] = float("-inf")
+    if not math.isinf(bad) or bad > 0:
+        z[1, 0] = bad
+    with pytest.raises(ValueError, match="finite"):
+        entmax(z, alpha)
+
+
+def test_half_input_is_computed_in_float32_and_returned_in_its_dtype():
+    z = torch.randn(4, 11, generator=torch.Generator().manual_seed(11))
+    for fn in (sparsemax, entmax15, lambda x: entmax_bisect(x, 1.3), lambda x: log_entmax(x, 1.5)):
+        out = fn(z.half())
+        assert out.dtype == torch.float16
+        ref = fn(z.half().float())
+        torch.testing.assert_close(out.float(), ref.half().float(), atol=0, rtol=0)
+    loss = entmax_loss(z.bfloat16(), torch.zeros(4, dtype=torch.long), 1.5)
+    assert loss.dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------------------- alpha family
+def test_alpha_to_one_approaches_softmax():
+    z = torch.randn(4, 12, generator=torch.Generator().manual_seed(12), dtype=F64)
+    errors = [(entmax_bisect(z, 1 + eps) - torch.softmax(z, -1)).abs().max().item() for eps in (1e-1, 1e-2, 1e-3)]
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[2] < 1e-3
+
+
+def test_alpha_two_bisection_equals_sparsemax_and_dispatcher_picks_exact_algorithms():
+    z = torch.randn(5, 9, generator=torch.Generator().manual_seed(13), dtype=F64)
+    torch.testing.assert_close(entmax_bisect(z, 2.0), sparsemax(z), atol=1e-12, rtol=0)
+    torch.testing.assert_close(entmax_bisect(z, 1.5), entmax15(z), atol=1e-12, rtol=0)
+    assert torch.equal(entmax(z, 2), sparsemax(z))
+    assert torch.equal(entmax(z, 1.5), entmax15(z))
+    assert torch.equal(entmax(z, 1), torch.softmax(z, -1))
+    assert torch.equal(log_entmax(z, 1), torch.log_softmax(z, -1))
+
+
+@given(st.lists(st.floats(-5, 5, allow_nan=False), min_size=2, max_size=12))
+@HYP
+def test_support_size_is_non_increasing_in_alpha(values):
+    z = torch.tensor(values, dtype=F64)
+    sizes = [int((entmax(z, a) > 0).sum()) for a in (1.1, 1.3, 1.5, 1.8, 2.0, 3.0, 6.0)]
+    assert all(a >= b for a, b in zip(sizes, sizes[1:]))
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 1.3, 2.7])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_threshold_reproduces_the_distribution_and_sums_to_one(alpha, dim):
+    z = 2 * torch.randn(6, 7, generator=torch.Generator().manual_seed(14), dtype=F64) + 50.0
+    tau = entmax_threshold(z, alpha, dim=dim)
+    assert tau.shape[dim] == 1
+    p = ((alpha - 1) * z - tau).clamp(min=0) ** (1 / (alpha - 1))
+    torch.testing.assert_close(p.sum(dim), torch.ones(6 if dim == 1 else 7, dtype=F64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(p, entmax(z, alpha, dim=dim), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        torch.exp(z - entmax_threshold(z, 1, dim=dim)), torch.softmax(z, dim), atol=1e-12, rtol=0
+    )
+
+
+# ------------------------------------------------------------------------------ partial sort
+@pytest.mark.parametrize("fn", [sparsemax, entmax15], ids=["sparsemax", "entmax15"])
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 40])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_partial_sort_equals_full_sort_including_fallback_rows(fn, k, dim):
+    g = torch.Generator().manual_seed(15)
+    z = torch.randn(6, 20, generator=g, dtype=F64)
+    z[0] *= 0.01  # flat row: support of all 20 > k, must fall back to the full sort
+    z[1, 3] += 10  # peaked row: support of size 1 fits any k
+    if dim == 0:
+        z = z.T.contiguous()
+    w = torch.randn(z.shape, generator=g, dtype=F64)
+    full, gfull = _value_and_grad(lambda x: fn(x, dim=dim, k=z.shape[dim]), z, w)
+    part, gpart = _value_and_grad(lambda x: fn(x, dim=dim, k=k), z, w)
+    auto, gauto = _value_and_grad(lambda x: fn(x, dim=dim), z, w)
+    assert torch.equal(part, full) and torch.equal(gpart, gfull)
+    assert torch.equal(auto, full) and torch.equal(gauto, gfull)
+
+
+def test_automatic_partial_sort_at_gpt2_vocabulary_equals_full_sort_bitwise():
+    z = 2 * torch.randn(3, 50257, generator=torch.Generator().manual_seed(16))
+    for fn in (sparsemax, entmax15):
+        assert torch.equal(fn(z), fn(z, k=50257))
+
+
+# ------------------------------------------------------------------------- Fenchel-Young loss
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_alpha_one_loss_is_cross_entropy_exactly(dim):
+    g = torch.Generator().manual_seed(17)
+    z = 3 * torch.randn(4, 5, 6, generator=g)
+    shape = list(z.shape)
+    del shape[dim]
+    y = torch.randint(0, z.shape[dim], shape, generator=g)
+    expected = F.cross_entropy(z.movedim(dim, 1), y, reduction="none")
+    assert torch.equal(entmax_loss(z, y, 1.0, dim=dim), expected)
+    assert entmax_loss(z, y, 1.5, dim=dim).shape == tuple(shape)
+
+
+@given(
+    st.lists(st.floats(-20, 20, allow_nan=False), min_size=2, max_size=10),
+    st.sampled_from([1.0, 1.3, 1.5, 2.0, 3.0]),
+    st.integers(0, 9),
+)
+@HYP
+def test_loss_is_non_negative(values, alpha, y):
+    z = torch.tensor(values, dtype=F64)
+    y = torch.tensor(y % len(values))
+    assert entmax_loss(z, y, alpha).item() >= 0.0
+
+
+@pytest.mark.parametrize("alpha", [1.5, 2.0, 1.25, 3.0])
+def test_loss_is_zero_exactly_beyond_the_separation_margin_and_positive_inside(alpha):
+    margin = 1.0 / (alpha - 1.0)
+    base = torch.tensor([0.0, -0.25, -3.0, float("-inf")], dtype=F64)
+    for gap, zero in ((margin + 1e-6, True), (margin + 5.0, True), (margin - 1e-3, False), (0.5 * margin, False)):
+        z = base.clone()
+        z[0] = gap - 0.25  # z_y exceeds the runner-up (-0.25) by `gap`
+        loss = entmax_loss(z, torch.tensor(0), alpha).item()
+        p = entmax(z, alpha)
+        if zero:
+            assert loss == 0.0 and p[0].item() == 1.0
+        else:
+            assert loss > 0.0 and p[0].item() < 1.0
+    z = base.clone()
+    z[0] = margin - 0.25  # exactly at the margin (exact floats) for the sort-based algorithms
+    if alpha in (1.5, 2.0):
+        assert entmax_loss(z, torch.tensor(0), alpha).item() == 0.0
+
+
+@given(
+    st.lists(st.floats(-5, 5, allow_nan=False), min_size=6, max_size=6),
+    st.lists(st.floats(-5, 5, allow_nan=False), min_size=6, max_size=6),
+    st.floats(0, 1),
+    st.sampled_from([1.0, 1.5, 2.0, 1.3]),
+)
+@HYP
+def test_loss_is_convex_along_segments(z1, z2, t, alpha):
+    a, b = torch.tensor(z1, dtype=F64), torch.tensor(z2, dtype=F64)
+    y = torch.tensor(2)
+    mid = entmax_loss(t * a + (1 - t) * b, y, alpha)
+    chord = t * entmax_loss(a, y, alpha) + (1 - t) * entmax_loss(b, y, alpha)
+    assert mid.item() <= chord.item() + 1e-9
+
+
+# ------------------------------------------------------------------------------ Tsallis entropy
+def test_tsallis_entropy_special_cases_and_uniform_maximum():
+    g = torch.Generator().manual_seed(18)
+    p = torch.softmax(2 * torch.randn(4, 10, generator=g, dtype=F64), -1)
+    p[0] = sparsemax(3 * torch.randn(10, generator=g, dtype=F64))  # with exact zeros
+    shannon = -(torch.where(p > 0, p * p.log(), torch.zeros_like(p))).sum(-1)
+    torch.testing.assert_close(tsallis_entropy(p, 1), shannon, atol=1e-12, rtol=0)
+    torch.testing.assert_close(tsallis_entropy(p, 2), (1 - (p * p).sum(-1)) / 2, atol=1e-12, rtol=0)
+    torch.testing.assert_close(tsallis_entropy(p.T, 1.5, dim=0), tsallis_entropy(p, 1.5), atol=1e-12, rtol=0)
+    V = 10
+    u = torch.full((V,), 1 / V, dtype=F64)
+    for a in (1.2, 1.5, 2.0, 3.0):
+        closed = (1 - V ** (1 - a)) / (a * (a - 1))
+        assert tsallis_entropy(u, a).item() == pytest.approx(closed, rel=1e-12)
+        assert (tsallis_entropy(p, a) <= closed + 1e-12).all()
+    assert tsallis_entropy(u, 1 + 1e-6).item() == pytest.approx(math.log(V), rel=1e-5)
+    assert tsallis_entropy(torch.eye(V, dtype=F64)[3], 1.5).item() == 0.0
+
+
+def test_loss_equals_fenchel_young_definition():
+    g = torch.Generator().manual_seed(19)
+    z = torch.randn(5, 8, generator=g, dtype=F64)
+    y = torch.randint(0, 8, (5,), generator=g)
+    for a in (1.5, 2.0, 1.3):
+        p = entmax(z, a)
+        direct = ((p - F.one_hot(y, 8).to(F64)) * z).sum(-1) + tsallis_entropy(p, a)
+        torch.testing.assert_close(entmax_loss(z, y, a), direct, atol=1e-12, rtol=0)
+
+
+# ------------------------------------------------------------------------------- bad inputs
+def test_bad_inputs_raise_clear_errors():
+    z = torch.randn(2, 5)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        sparsemax([[0.0, 1.0]])
+    with pytest.raises(ValueError, match="floating-point"):
+        entmax15(torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="dim must be in"):
+        entmax(z, 1.5, dim=2)
+    with pytest.raises(ValueError, match="size 0"):
+        sparsemax(torch.zeros(3, 0))
+    with pytest.raises(ValueError, match="scalar"):
+        sparsemax(torch.tensor(1.0))
+    for bad_alpha in (0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="alpha"):
+            entmax(z, bad_alpha)
+    with pytest.raises(ValueError, match="> 1"):
+        entmax_bisect(z, 1.0)
+    with pytest.raises(ValueError, match="> 1"):
+        entmax_bisect(z, torch.tensor([[1.5], [0.9]]))
+    with pytest.raises(ValueError, match="broadcast"):
+        entmax_bisect(z, torch.full((2, 5), 1.5))
+    with pytest.raises(TypeError, match="alpha"):
+        entmax(z, "1.5")
+    with pytest.raises(ValueError, match="k must"):
+        sparsemax(z, k=0)
+    with pytest.raises(ValueError, match="n_iter"):
+        entmax_bisect(z, 1.5, n_iter=0)
+    with pytest.raises(ValueError, match="shape"):
+        entmax_loss(z, torch.zeros(3, dtype=torch.long), 1.5)
+    with pytest.raises(ValueError, match="integer"):
+        entmax_loss(z, torch.zeros(2), 1.5)
+    with pytest.raises(ValueError, match=r"\[0, 5\)"):
+        entmax_loss(z, torch.tensor([0, 5]), 1.5)
+    with pytest.raises(ValueError, match="target's logit"):
+        entmax_loss(z.masked_fill(torch.eye(2, 5, dtype=torch.bool), float("-inf")), torch.tensor([0, 1]), 2.0)
+    with pytest.raises(TypeError, match="target"):
+        entmax_loss(z, [0, 1], 1.5)
+    with pytest.raises(ValueError, match="floating-point"):
+        tsallis_entropy(torch.ones(3, dtype=torch.long), 1.5)
