@@ -11,7 +11,18 @@ log-probabilities. The three layers of the book differ only in how they treat ``
   down but never below the lower bound ``f_lb(t) = 1 - (1 - eps)^t``.
 
 In ST and NMST the other tokens share ``1 - p(eos)`` in proportion to a softmax over the
-NON-eos logits. Everything is computed in log space, exactly, with no clamping: the layers
+NON-eos logits.
+
+Two sparse layers (Chapter 8, 08_sparse) replace the softmax by alpha-entmax (Martins et al.
+(2020), eq. 3; :mod:`nmst_lib.entmax`), which can give tokens probability exactly zero
+(log-probability ``-inf``):
+
+* **entmax**: ``log entmax_alpha(z)``, trained with the entmax (Fenchel-Young) loss
+  (Martins et al. (2020), eqs. 5-6) instead of the negative log-likelihood, which is infinite
+  outside the support;
+* **NMST-entmax** (this book, Chapter 8): eos gets NMST's ``p(eos at t)`` (so the lower
+  bound ``f_lb(t)`` holds and every decoder terminates), the other tokens share
+  ``1 - p(eos)`` in proportion to alpha-entmax over the NON-eos logits. Everything is computed in log space, exactly, with no clamping: the layers
 return finite eos log-probabilities and finite gradients even at ``|logit| = 1e4`` in float32,
 and float64 inputs give float64-accurate outputs. float16 / bfloat16 logits (mixed precision)
 are computed, and returned, in float32.
@@ -33,6 +44,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ._validation import check_eps, check_index
+from .entmax import entmax_loss, log_entmax
 
 __all__ = [
     "log1mexp",
@@ -42,10 +54,14 @@ __all__ = [
     "vanilla_log_probs",
     "st_log_probs",
     "nmst_log_probs",
+    "entmax_log_probs",
+    "nmst_entmax_log_probs",
     "OutputHead",
     "VanillaHead",
     "STHead",
     "NMSTHead",
+    "EntmaxHead",
+    "NMSTEntmaxHead",
     "head_from_name",
     "HEAD_NAMES",
 ]
@@ -109,6 +125,42 @@ def _check_steps(t, shape: torch.Size) -> torch.Tensor | int:
     if t < 0:
         raise ValueError(f"t must be >= 0 (t = 1 is the first continuation step), got {t}")
     return int(t)
+
+
+def _check_alpha(alpha) -> float:
+    """``alpha`` of alpha-entmax (Martins et al. (2020), eq. 3): a finite real number >= 1.
+
+    ``alpha = 1`` is the softmax (dense), ``alpha = 1.5`` entmax15, ``alpha = 2`` sparsemax; every
+    ``alpha > 1`` can give tokens probability exactly zero. Chapter 8 (08_sparse)."""
+    if isinstance(alpha, torch.Tensor):
+        if alpha.numel() != 1:
+            raise ValueError(f"alpha must be a single number >= 1, got a tensor of shape {tuple(alpha.shape)}")
+        alpha = alpha.item()
+    if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real):
+        raise TypeError(f"alpha must be a real number >= 1 (1 = softmax, 1.5 = entmax15, 2 = sparsemax), "
+                        f"got {type(alpha).__name__}")
+    alpha = float(alpha)
+    if not (math.isfinite(alpha) and alpha >= 1.0):
+        raise ValueError(f"alpha must be a finite number >= 1 (1 = softmax, 1.5 = entmax15, 2 = sparsemax), "
+                         f"got {alpha!r}")
+    return alpha
+
+
+def _check_targets(targets, logits: torch.Tensor) -> torch.Tensor:
+    """``targets[...]`` for :meth:`OutputHead.token_losses`: integer ids in ``[0, V)`` of shape
+    ``logits.shape[:-1]``, moved to the logits' device."""
+    if not isinstance(targets, torch.Tensor):
+        raise TypeError(f"targets must be a torch.Tensor of token ids, got {type(targets).__name__}")
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+        raise TypeError(f"targets must hold integer token ids (e.g. torch.long), got dtype {targets.dtype}")
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets must have shape logits.shape[:-1] = {tuple(logits.shape[:-1])}, "
+                         f"got {tuple(targets.shape)}")
+    vocab_size = logits.shape[-1]
+    targets = targets.to(device=logits.device, dtype=torch.long)
+    if targets.numel() and bool(((targets < 0) | (targets >= vocab_size)).any()):
+        raise ValueError(f"targets must be token ids in [0, {vocab_size}) (the vocabulary is the last dim of logits)")
+    return targets
 
 
 # ----------------------------------------------------------------------------- building blocks
@@ -363,6 +415,64 @@ def nmst_log_probs(logits, eos_id, eps, t=None):
     return _log_probs_with_eos_rule(logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t))
 
 
+def entmax_log_probs(logits, alpha):
+    """Log alpha-entmax over the last dim: the entmax output layer (Martins et al. (2020), eq. 3).
+
+    ``entmax_alpha(z) = argmax_p p.z + H^T_alpha(p)`` (Tsallis entropy) is
+    ``[(alpha - 1) z - tau]_+^{1/(alpha - 1)}``; tokens below the threshold get probability
+    exactly zero, i.e. log-probability ``-inf``. ``alpha >= 1``; ``alpha = 1`` is the softmax
+    (:func:`vanilla_log_probs`). Like the vanilla layer it has no notion of steps. Computed by
+    :func:`nmst_lib.entmax.log_entmax`. Chapter 8 (08_sparse).
+    """
+    alpha = _check_alpha(alpha)
+    return log_entmax(_check_logits(logits), alpha, dim=-1)
+
+
+def _eos_column(logits: torch.Tensor, eos_id: int) -> torch.Tensor:
+    return torch.arange(logits.shape[-1], device=logits.device) == eos_id
+
+
+def _nmst_entmax_assemble(logits, eos_id: int, alpha: float, log_p_eos, log_keep):
+    """``out[..., v] = log(1 - p(eos)) + log entmax_alpha(z_{-eos})_v``, ``out[..., eos] = log p(eos)``."""
+    non_eos = logits.masked_fill(_eos_column(logits, eos_id), -math.inf)
+    out = log_entmax(non_eos, alpha, dim=-1) + log_keep.unsqueeze(-1)
+    out[..., eos_id] = log_p_eos
+    return out
+
+
+def _nmst_entmax_losses(logits, targets, eos_id: int, alpha: float, log_p_eos, log_keep):
+    """Per-position NMST-entmax loss: ``-log p(eos)`` at eos targets, else
+    ``-log(1 - p(eos)) + L_alpha(z_{-eos}; y)`` (see :class:`NMSTEntmaxHead`)."""
+    non_eos = logits.masked_fill(_eos_column(logits, eos_id), -math.inf)
+    is_eos = targets == eos_id
+    # eos targets take the other branch; give the Fenchel-Young loss a finite (non-eos) target there
+    safe_targets = targets.masked_fill(is_eos, (eos_id + 1) % logits.shape[-1])
+    fenchel_young = entmax_loss(non_eos, safe_targets, alpha, dim=-1)
+    return torch.where(is_eos, -log_p_eos, fenchel_young - log_keep)
+
+
+def nmst_entmax_log_probs(logits, eos_id, eps, alpha, t=None):
+    """NMST-entmax log-probabilities for ``logits[..., V]`` (Chapter 8, 08_sparse).
+
+    ``p(eos at t)`` is exactly NMST's (Choi, Cho, Lee (2023), Def. 6, eq. 10):
+    ``sigma(z_eos) + (1 - sigma(z_eos)) (1 - (1 - eps)^t) >= f_lb(t)``, and for ``v != eos``
+    ``p(v) = (1 - p(eos)) entmax_alpha(z_{-eos})_v``, alpha-entmax over the NON-eos logits
+    (Martins et al. (2020), eq. 3; eos is excluded from the entmax). Non-eos tokens below the
+    entmax threshold get ``-inf``; eos never does for ``t >= 1``. ``alpha >= 1`` (``alpha = 1``
+    gives :func:`nmst_log_probs`); ``t`` as in :func:`nmst_log_probs` (default ``1..T`` along
+    dim -2). The eos rule is the same code as NMST's, so ``p(eos)`` agrees bit for bit.
+    """
+    logits = _check_logits(logits, min_dim=2 if t is None else 1)
+    eps = check_eps(eps)
+    alpha = _check_alpha(alpha)
+    eos_id = _check_eos_vocab(logits, eos_id)
+    if t is None:
+        t = torch.arange(1, logits.shape[-2] + 1, device=logits.device)
+    t = _check_steps(t, logits.shape[:-1])
+    log_p_eos, log_keep = _nmst_rule(logits[..., eos_id], math.log1p(-eps), t)
+    return _nmst_entmax_assemble(logits, eos_id, alpha, log_p_eos, log_keep)
+
+
 # ----------------------------------------------------------------------------- modules
 
 
@@ -395,10 +505,14 @@ def _check_step_inputs(logits, state) -> torch.Tensor:
 class OutputHead(nn.Module):
     """Base class of the output layers: logits ``[B, T, V]`` -> log-probabilities ``[B, T, V]``.
 
-    Subclasses (:class:`VanillaHead`, :class:`STHead`, :class:`NMSTHead`) implement one
-    definition each (Chapters 1, 4 and 5). Attributes: ``name`` ("VA", "ST", "NMST"), ``eps``
-    (None for vanilla) and ``eos_id`` (``-1`` means the last id of the vocabulary, resolved
-    against ``V`` at call time, as in DESIGN.md where eos is the last id for WikiText and GPT-2).
+    Subclasses (:class:`VanillaHead`, :class:`STHead`, :class:`NMSTHead`,
+    :class:`EntmaxHead`, :class:`NMSTEntmaxHead`) implement one definition each (Chapters 1,
+    4, 5 and 8). Attributes: ``name`` ("VA", "ST", "NMST", "ENTMAX", "NMST-ENTMAX"), ``eps``
+    (None for vanilla and entmax), ``alpha`` (None for the softmax heads) and ``eos_id``
+    (``-1`` means the last id of the vocabulary, resolved against ``V`` at call time, as in
+    DESIGN.md where eos is the last id for WikiText and GPT-2). The sparse heads give tokens
+    outside their support log-probability ``-inf``; every decoder copes with that
+    (:mod:`nmst_lib.decoding`).
 
     * ``forward(logits, context_mask=None)``: teacher forcing. ``context_mask[B, T]`` is True
       where position j predicts a context token: such positions are not steps, carry no eos
@@ -408,10 +522,18 @@ class OutputHead(nn.Module):
     * ``initial_step_state(batch_size, device)`` and ``step(logits[B, V], state[B])`` decode one
       continuation step at a time; ``step`` agrees with ``forward`` to float64 precision, and the
       state is always a tensor with first dim ``B`` (a model's ``select`` indexes it).
+    * ``token_losses(logits, targets, context_mask=None)``: the per-position training loss
+      ``[..., T]`` the model averages over its scored positions. By default (VA, ST, NMST) the
+      negative log-likelihood ``-log p(y_t)`` gathered from ``forward`` (Choi, Cho, Lee (2023),
+      eq. 3), so that training with it is bit for bit today's NLL; the entmax heads use
+      Fenchel-Young losses instead (Martins et al. (2020), eq. 6; Chapter 8, 08_sparse),
+      because ``-log p(y)`` is infinite for a target outside a sparse support. Context
+      positions get the loss of the head's distribution there too; callers drop them.
     """
 
     name = "?"
     eps: float | None = None
+    alpha: float | None = None
 
     def __init__(self, eos_id: int = -1):
         super().__init__()
@@ -423,7 +545,8 @@ class OutputHead(nn.Module):
 
     def extra_repr(self) -> str:
         eps = "" if self.eps is None else f"eps={self.eps:g}, "
-        return f"{eps}eos_id={self.eos_id}"
+        alpha = "" if self.alpha is None else f"alpha={self.alpha:g}, "
+        return f"{eps}{alpha}eos_id={self.eos_id}"
 
     def resolve_eos_id(self, vocab_size: int) -> int:
         """The eos id for a vocabulary of ``vocab_size`` (``-1`` -> ``vocab_size - 1``)."""
@@ -442,6 +565,19 @@ class OutputHead(nn.Module):
     def step(self, logits: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities ``[B, V]`` of the next continuation step and the new state ``[B]``."""
         raise NotImplementedError
+
+    def token_losses(self, logits: torch.Tensor, targets: torch.Tensor,
+                     context_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-position training loss ``[..., T]`` of ``targets[..., T]`` under ``logits[..., T, V]``.
+
+        Default: the negative log-likelihood ``-log p(y_t)``, gathered from :meth:`forward`
+        (Choi, Cho, Lee (2023), eq. 3), so the mean over the scored positions is exactly the
+        NLL the vanilla, ST and NMST heads have always been trained with. Subclasses with
+        another loss (the entmax heads, Chapter 8, 08_sparse) override it.
+        """
+        log_probs = self(logits, context_mask)
+        targets = _check_targets(targets, log_probs)
+        return -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 class VanillaHead(OutputHead):
@@ -549,31 +685,162 @@ class NMSTHead(_SelfTerminatingBase):
         return _log_probs_with_eos_rule(logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t)), t
 
 
+class EntmaxHead(OutputHead):
+    """alpha-entmax output layer (Martins et al. (2020), eq. 3; Chapter 8, 08_sparse).
+
+    ``forward`` / ``step`` return ``log entmax_alpha(z)``: exactly ``-inf`` for the tokens below
+    the threshold tau. Like the vanilla head it has no notion of steps (``context_mask`` is
+    checked, not used; the decoding state is a dummy ``zeros(B)``) and nothing forces eos: eos
+    may even get probability exactly zero at every step, so that no decoder, ancestral
+    sampling included, terminates (:func:`nmst_lib.theory.eos_outside_support_model`).
+
+    ``token_losses`` is the entmax loss, the Fenchel-Young loss of the Tsallis entropy
+    (Martins et al. (2020), eqs. 5-6): ``L_alpha(z; y) = (p - e_y) . z + H^T_alpha(p)`` with
+    ``p = entmax_alpha(z)``; convex in z, zero iff ``p = e_y``, gradient ``p - e_y``
+    (:func:`nmst_lib.entmax.entmax_loss`). ``-log p(y)`` would be infinite outside the support.
+
+    ``alpha >= 1``: ``alpha = 1`` is allowed and is the softmax with the cross-entropy loss
+    (the vanilla head, up to rounding), the ``alpha -> 1`` end of the family; ``alpha > 1`` is sparse.
+    """
+
+    name = "ENTMAX"
+
+    def __init__(self, alpha, eos_id: int = -1):
+        super().__init__(eos_id)
+        self.alpha = _check_alpha(alpha)
+
+    def forward(self, logits, context_mask=None):
+        logits = _check_logits(logits)
+        _check_context_mask(context_mask, logits)
+        return log_entmax(logits, self.alpha, dim=-1)
+
+    def initial_step_state(self, batch_size, device=None):
+        return torch.zeros(_check_batch_size(batch_size), device=device)
+
+    def step(self, logits, state):
+        logits = _check_step_inputs(logits, state)
+        return log_entmax(logits, self.alpha, dim=-1), state
+
+    def token_losses(self, logits, targets, context_mask=None):
+        """The entmax loss ``L_alpha(z_t; y_t)`` per position (Martins et al. (2020), eq. 6)."""
+        logits = _check_logits(logits)
+        _check_context_mask(context_mask, logits)
+        targets = _check_targets(targets, logits)
+        return entmax_loss(logits, targets, self.alpha, dim=-1)
+
+
+class NMSTEntmaxHead(_SelfTerminatingBase):
+    r"""NMST-entmax output layer: NMST's eos probability, entmax for the rest (Chapter 8, 08_sparse).
+
+    ``p(eos at t) = sigma(z_eos) + (1 - sigma(z_eos)) (1 - (1 - eps)^t)`` exactly as in
+    :class:`NMSTHead` (Choi, Cho, Lee (2023), Def. 6; same code), and for ``v != eos``
+    ``p(v) = (1 - p(eos)) q(v)`` with ``q = entmax_alpha(z_{-eos})``, alpha-entmax over the
+    non-eos logits (Martins et al. (2020), eq. 3). Since ``p(eos at t) >= f_lb(t) -> 1``, eos
+    can never leave the support, and every decoder of Chapter 8 terminates. Context positions
+    (``context_mask`` True) are not steps and carry no eos mass: there the layer is
+    ``entmax_alpha(z_{-eos})``, as :class:`NMSTHead` has a softmax over the non-eos logits. The
+    decoding state is the number of steps taken (LongTensor, starting at 0), as in NMSTHead.
+
+    **Training loss** (``token_losses``). Write ``b = [y = eos]`` and ``pi = p(eos at t)``; the
+    model is "stop with probability pi, else draw y ~ q". Its loss is
+
+    .. math::
+        \ell(z; y) = -\log \pi \quad (y = \mathrm{eos}), \qquad
+        \ell(z; y) = -\log(1 - \pi) + L_lpha(z_{-\mathrm{eos}}; y) \quad (y 
+e \mathrm{eos}),
+
+    the negative log-likelihood of the Bernoulli event b plus, when the sequence goes on, the
+    entmax (Fenchel-Young) loss of the conditional next-token distribution q. It is proper: its
+    expectation under data with stop probability pi* and conditional q* is
+    ``BCE(pi*, pi) + (1 - pi*) E_{y ~ q*} L_alpha(z_{-eos}; y)``; the first term is minimised
+    exactly at ``pi = pi*`` (log loss is strictly proper), the second exactly where
+    ``entmax_alpha(z_{-eos}) = q*`` (Fenchel-Young losses are convex with expected gradient
+    ``q - q*``), and the two terms depend on disjoint logits (z_eos; z_{-eos}). Gradients:
+    wrt a non-eos logit ``z_v``, ``(1 - b)(q_v - [v = y])``; wrt ``z_eos``, the NMST Bernoulli
+    gradient ``-d log pi / d z_eos`` if b = 1 and ``d(-log(1 - pi)) / d z_eos = sigma(z_eos)``
+    if b = 0 (``1 - pi = (1 - sigma(z_eos)) (1 - eps)^t``). With ``alpha = 1`` the loss is
+    NMST's negative log-likelihood. Where q gives y probability zero the loss stays finite
+    (unlike ``-log p(y)``).
+    """
+
+    name = "NMST-ENTMAX"
+
+    def __init__(self, eps, alpha, eos_id: int = -1):
+        super().__init__(eps, eos_id)
+        self.alpha = _check_alpha(alpha)
+
+    def _steps_and_rule(self, logits, context_mask):
+        logits, eos_id, is_step = self._prepare(logits, context_mask)
+        if is_step is None:
+            t = torch.arange(1, logits.shape[-2] + 1, device=logits.device)
+        else:
+            t = torch.cumsum(is_step, dim=-1)
+        log_p_eos, log_keep = _nmst_rule(logits[..., eos_id], self.log1m_eps, t, is_step)
+        return logits, eos_id, log_p_eos, log_keep
+
+    def forward(self, logits, context_mask=None):
+        logits, eos_id, log_p_eos, log_keep = self._steps_and_rule(logits, context_mask)
+        return _nmst_entmax_assemble(logits, eos_id, self.alpha, log_p_eos, log_keep)
+
+    def initial_step_state(self, batch_size, device=None):
+        return torch.zeros(_check_batch_size(batch_size), dtype=torch.long, device=device)
+
+    def step(self, logits, state):
+        logits = _check_step_inputs(logits, state)
+        eos_id = self.resolve_eos_id(logits.shape[-1])
+        _check_eos_vocab(logits, eos_id)
+        t = state + 1
+        log_p_eos, log_keep = _nmst_rule(logits[:, eos_id], self.log1m_eps, t)
+        return _nmst_entmax_assemble(logits, eos_id, self.alpha, log_p_eos, log_keep), t
+
+    def token_losses(self, logits, targets, context_mask=None):
+        """``-log p(eos)`` at eos targets, else ``-log(1 - p(eos)) + L_alpha(z_{-eos}; y)``
+        (derivation in the class docstring; Chapter 8, 08_sparse)."""
+        logits, eos_id, log_p_eos, log_keep = self._steps_and_rule(logits, context_mask)
+        targets = _check_targets(targets, logits)
+        return _nmst_entmax_losses(logits, targets, eos_id, self.alpha, log_p_eos, log_keep)
+
+
 def _check_batch_size(batch_size) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 0:
         raise ValueError(f"batch_size must be an int >= 0, got {batch_size!r}")
     return int(batch_size)
 
 
-HEAD_NAMES = {"vanilla": VanillaHead, "va": VanillaHead, "st": STHead, "nmst": NMSTHead}
+HEAD_NAMES = {"vanilla": VanillaHead, "va": VanillaHead, "st": STHead, "nmst": NMSTHead,
+              "entmax": EntmaxHead, "nmst-entmax": NMSTEntmaxHead}
 
 
-def head_from_name(name, eps=None, eos_id: int = -1) -> OutputHead:
-    """Build an output layer by name: "vanilla"/"va", "st" or "nmst" (case-insensitive).
+def head_from_name(name, eps=None, eos_id: int = -1, alpha=None) -> OutputHead:
+    """Build an output layer by name: "vanilla"/"va", "st", "nmst", "entmax" or "nmst-entmax"
+    (case-insensitive).
 
-    ST and NMST need ``eps`` in (0, 1) (Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023),
-    Defs. 5-6); vanilla takes none. Chapters 4-6 use it to build models from configs.
+    ST, NMST and NMST-entmax need ``eps`` in (0, 1) (Welleck et al. (2020), Def. 4.3; Choi,
+    Cho, Lee (2023), Defs. 5-6); vanilla and entmax take none. The entmax heads need
+    ``alpha >= 1`` (Martins et al. (2020), eq. 3; Chapter 8, 08_sparse); the others take none.
+    Chapters 4-8 use it to build models from configs.
     """
     if not isinstance(name, str):
         raise TypeError(f"head name must be a string, one of {sorted(HEAD_NAMES)}; got {type(name).__name__}")
     key = name.strip().lower()
     if key not in HEAD_NAMES:
-        raise ValueError(f"unknown output layer {name!r}; allowed names: {', '.join(sorted(HEAD_NAMES))} (any case)")
+        dense = sorted(k for k, c in HEAD_NAMES.items() if c not in (EntmaxHead, NMSTEntmaxHead))
+        sparse = sorted(k for k, c in HEAD_NAMES.items() if c in (EntmaxHead, NMSTEntmaxHead))
+        raise ValueError(f"unknown output layer {name!r}; allowed names: {', '.join(dense + sparse)} (any case; "
+                         f"{' and '.join(sparse)} also need alpha)")
     cls = HEAD_NAMES[key]
-    if cls is VanillaHead:
+    needs_alpha = cls in (EntmaxHead, NMSTEntmaxHead)
+    if needs_alpha and alpha is None:
+        raise ValueError(f"the {cls.name} head needs alpha >= 1 (e.g. 1.5; 2 = sparsemax), "
+                         f"e.g. head_from_name({name!r}{'' if cls is EntmaxHead else ', eps=1e-4'}, alpha=1.5)")
+    if not needs_alpha and alpha is not None:
+        raise ValueError(f"the {cls.name} head has no alpha (only 'entmax' and 'nmst-entmax' do); "
+                         f"pass alpha=None (got alpha={alpha!r})")
+    if cls in (VanillaHead, EntmaxHead):
         if eps is not None:
-            raise ValueError(f"the vanilla head has no eps; pass eps=None (got eps={eps!r})")
-        return VanillaHead(eos_id)
+            raise ValueError(f"the {cls.name} head has no eps; pass eps=None (got eps={eps!r})")
+        return VanillaHead(eos_id) if cls is VanillaHead else EntmaxHead(alpha, eos_id)
     if eps is None:
-        raise ValueError(f"the {cls.name} head needs eps in (0, 1), e.g. head_from_name({name!r}, eps=1e-4)")
-    return cls(eps, eos_id)
+        extra = ", alpha=1.5" if needs_alpha else ""
+        raise ValueError(f"the {cls.name} head needs eps in (0, 1), e.g. head_from_name({name!r}, eps=1e-4{extra})")
+    return NMSTEntmaxHead(eps, alpha, eos_id) if needs_alpha else cls(eps, eos_id)
