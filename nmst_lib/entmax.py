@@ -77,8 +77,9 @@ __all__ = [
     "log_entmax",
 ]
 
-# Auto partial sort: sort only the candidates X_j >= -1 when they are at most this fraction of V.
-_AUTO_TOPK_FRACTION = 0.25
+# Auto partial sort: sort only the candidates X_j >= -1 when they are at most this fraction of V
+# (torch.topk of half a 50,257-row is still ~2x faster than torch.sort on CPU).
+_AUTO_TOPK_FRACTION = 0.5
 
 
 # ----------------------------------------------------------------------------------- validation
@@ -342,7 +343,7 @@ def sparsemax(z: torch.Tensor, dim: int = -1, k: int | None = None) -> torch.Ten
     ``k``: sort only the ``k`` largest scores (``torch.topk``); rows whose support does not fit
     in ``k`` are redone with the full sort, so the result never depends on ``k``. With
     ``k=None`` the exact candidate bound ``z_j >= max z - 1`` chooses the partial sort size
-    (full sort when the candidates exceed a quarter of the row). Backward: the support mean of
+    (full sort when the candidates exceed half the row). Backward: the support mean of
     the incoming gradient is subtracted on the support, zero elsewhere. See Chapter 8 (08_sparse).
     """
     dim = _check_scores(z, dim)
