@@ -1,10 +1,13 @@
-"""Command line for the WikiText-2 experiments of Chapter 6 (06_wikitext).
+"""Command line for the WikiText-2 experiments of Chapter 6 (06_wikitext) and Chapter 8
+(08_sparse).
 
     python -m nmst_lib train     --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0 [--resume]
+    python -m nmst_lib train     --profile cpu --head entmax --alpha 1.5
     python -m nmst_lib decode    --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0
     python -m nmst_lib run       ... (train, then decode)
     python -m nmst_lib run-suite --profile cpu
     python -m nmst_lib report    --profile cpu
+    python -m nmst_lib sparse    --profile cpu [--only KEY] (Chapter 8's sparse-generation suite)
 
 Run ``python -m nmst_lib COMMAND --help`` for the options of each command.
 """
@@ -20,13 +23,18 @@ import sys
 # `--help` answers without importing torch.
 PROFILES = ("quick", "cpu", "paper")
 ARCHS = ("rnn", "lstm")
-HEADS = ("va", "st", "nmst")
+HEADS = ("va", "st", "nmst", "entmax", "nmst-entmax")
 
 _DESCRIPTION = """\
 WikiText-2 experiments of "When Do Language Models Stop?" (Chapter 6, after Choi, Cho, Lee 2023):
 train RNN/LSTM language models with a vanilla (va), self-terminating (st) or non-monotonic
 self-terminating (nmst) output layer, decode validation contexts with greedy / top-k / nucleus /
 beam / ancestral decoders, and store r_nt(L) curves, perplexities and provenance as JSON.
+
+Chapter 8 (sparse text generation, after Martins et al. 2020): the entmax (alpha-entmax, trained
+with the entmax loss) and nmst-entmax output layers (--head entmax --alpha 1.5), and the `sparse`
+command: Martins et al.'s Tables 2, 4 and 5 (sp, JS, eps-perplexity, REP/WREP, tokens per step)
+for a softmax model, entmax models and an NMST-entmax model under every decoder.
 
 Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what the website shows
 (30 runs, about 3 CPU hours: 1.5 hours as two single-thread processes on 2 cores); paper = the paper's settings (GPU).
@@ -64,14 +72,19 @@ def _add_run(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("which run")
     g.add_argument("--arch", choices=ARCHS, default="lstm", help="rnn (tanh RNN) or lstm [lstm]")
     g.add_argument("--head", choices=HEADS, default="va",
-                   help="output layer: va (vanilla softmax), st (self-terminating), nmst (non-monotonic ST) [va]")
+                   help="output layer: va (vanilla softmax), st (self-terminating), nmst (non-monotonic ST), "
+                        "entmax (alpha-entmax, entmax loss; Chapter 8), nmst-entmax (NMST eos probability + "
+                        "alpha-entmax over the other tokens; Chapter 8) [va]")
     g.add_argument("--eps", type=float, default=None,
-                   help="eps in (0, 1) of the st/nmst lower bound 1-(1-eps)^t; required for st and nmst, "
-                        "not allowed for va (paper: 1e-5, 5e-5, 1e-4, 5e-4)")
+                   help="eps in (0, 1) of the st/nmst/nmst-entmax lower bound 1-(1-eps)^t; required for st, nmst "
+                        "and nmst-entmax, not allowed for va and entmax (paper: 1e-5, 5e-5, 1e-4, 5e-4)")
+    g.add_argument("--alpha", type=float, default=None,
+                   help="alpha > 1 of alpha-entmax; required for entmax and nmst-entmax, not allowed for the "
+                        "other heads (Martins et al. 2020: 1.2 on WikiText-2; 1.5 = exact entmax15)")
     g.add_argument("--seed", type=int, default=0, help="seed of everything random (init, dropout, data order) [0]")
     g.add_argument("--decoders", default=None, metavar="LIST",
                    help="comma-separated decoders, e.g. greedy,top-2,nucleus-0.4,beam-4,ancestral,"
-                        "consistent-top-2 [the profile's: greedy]")
+                        "consistent-top-2,entmax-1.5,temperature-0.95 [the profile's: greedy]")
     g.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override any config field, e.g. --set max_epochs=1 (repeatable; JSON values)")
 
@@ -133,6 +146,21 @@ def build_parser() -> argparse.ArgumentParser:
                                    "validation perplexity, greedy r_nt at the largest L, and the data used.")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_common(p)
+
+    p = sub.add_parser("sparse", help="Chapter 8's sparse-generation suite (Martins et al. 2020 Tables 2, 4, 5)",
+                       description="Train (or resume) the softmax, entmax and NMST-entmax LSTMs of the profile and "
+                                   "evaluate them on the test split under every decoder of Martins et al. (2020) "
+                                   "Table 2 (sp, JS, eps-perplexity, REP/WREP, tokens considered per step), plus "
+                                   "distinct-n of free-running continuations, r_nt(L) under each model's natural "
+                                   "decoder and greedy, eos in the support, and next-token scores for the "
+                                   "chapter's alpha explorer. One JSON per model under OUT/sparse/; models "
+                                   "whose result is current are skipped (see nmst_lib.experiments.sparse).")
+    g = p.add_argument_group("suite")
+    g.add_argument("--only", default=None, metavar="KEY",
+                   help="only the models whose key contains KEY (e.g. entmax-a1.5, va)")
+    g.add_argument("--force", action="store_true", help="re-evaluate models whose result is current")
+    g.add_argument("--dry-run", action="store_true", help="list the models and their status, run nothing")
+    _add_common(p)
     return parser
 
 
@@ -154,6 +182,8 @@ def _config_from_args(args):
         overrides[key.strip()] = _parse_value(value)
     if args.decoders:
         overrides["decoders"] = tuple(d.strip() for d in args.decoders.split(",") if d.strip())
+    if args.alpha is not None:
+        overrides["alpha"] = args.alpha
     return make_config(args.profile, args.arch, args.head, args.eps, args.seed, **overrides)
 
 
@@ -181,10 +211,11 @@ def _cmd_train(args) -> int:
     run = train(config, checkpoint_dir=args.checkpoint_dir, resume=args.resume, device=args.device,
                 progress=not args.no_progress, checkpoint_every=args.checkpoint_every, log=_log,
                 log_steps=args.log_steps)
-    _log(f"[train] {config.key}: done; best epoch {run.best_epoch}, val_ppl {run.val_ppl:.4f}, "
-         f"test_ppl {run.test_ppl:.4f}; checkpoint {run.checkpoint}")
-    _log(json.dumps({"key": config.key, "val_ppl": run.val_ppl, "test_ppl": run.test_ppl,
-                     "best_epoch": run.best_epoch, "epochs_run": run.epochs_run}))
+    score = (f"val_ppl {run.val_ppl:.4f}, test_ppl {run.test_ppl:.4f}" if run.val_ppl is not None
+             else f"val_loss {run.val_loss:.4f}, test_loss {run.test_loss:.4f}")
+    _log(f"[train] {config.key}: done; best epoch {run.best_epoch}, {score}; checkpoint {run.checkpoint}")
+    _log(json.dumps({"key": config.key, "val_ppl": run.val_ppl, "test_ppl": run.test_ppl, "val_loss": run.val_loss,
+                     "test_loss": run.test_loss, "best_epoch": run.best_epoch, "epochs_run": run.epochs_run}))
     return 0
 
 
@@ -265,8 +296,24 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_sparse(args) -> int:
+    from .experiments.sparse import run_sparse_suite, sparse_results_status, sparse_suite_configs
+
+    only = (lambda c: args.only in c.key) if args.only else None
+    if args.dry_run:
+        for c in sparse_suite_configs(args.profile):
+            if only is None or only(c):
+                _log(f"{c.key:45s} {sparse_results_status(c, args.out).upper():8s} {c.describe()}")
+        return 0
+    results = run_sparse_suite(args.profile, results_dir=args.out, checkpoint_dir=args.checkpoint_dir,
+                               force=args.force, device=args.device, progress=not args.no_progress, log=_log,
+                               command=_command(args), only=only)
+    _log(f"[sparse] {len(results)} results current in {results[0].path.parent if results else args.out}")
+    return 0
+
+
 _COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "run-suite": _cmd_run_suite,
-             "report": _cmd_report}
+             "report": _cmd_report, "sparse": _cmd_sparse}
 
 
 def main(argv=None) -> int:

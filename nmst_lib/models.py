@@ -126,11 +126,29 @@ class RecurrentLM(nn.Module):
         picked = log_probs[scored].gather(-1, batch.targets[scored].unsqueeze(-1)).squeeze(-1)
         return -picked.sum(), scored.sum()
 
+    def token_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sum of the head's own per-token training loss over the continuation tokens of
+        ``batch`` (eos included, context and padding excluded) and their count.
+
+        The per-token loss is :meth:`nmst_lib.heads.OutputHead.token_losses`: -log p(y_t) for the
+        vanilla, ST and NMST heads (then this equals :meth:`token_nll`, bit for bit: Choi, Cho,
+        Lee (2023) eq. 3; Chapter 6, 06_wikitext), the entmax loss (a Fenchel-Young loss,
+        Martins et al. (2020) eq. 6) for the entmax head, and its NMST-entmax version (Chapter
+        8, 08_sparse). Like the head itself it runs in float32 even under autocast."""
+        batch = batch.to(self.device)
+        logits = self.logits(batch.inputs)
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            losses = self.head.token_losses(logits.float(), batch.targets, batch.context_mask)
+        scored = batch.target_mask
+        return losses[scored].sum(), scored.sum()
+
     def loss(self, batch) -> torch.Tensor:
-        """Training loss: mean negative log-likelihood over the continuation tokens of ``batch``
-        (eos included; context positions and padding carry no loss). Choi, Cho, Lee (2023) eq. 3;
-        Chapter 6 (06_wikitext)."""
-        total, count = self.token_nll(batch)
+        """Training loss: the mean of the head's own per-token loss (:meth:`token_loss`) over the
+        continuation tokens of ``batch`` (eos included; context positions and padding carry no
+        loss): the mean negative log-likelihood for the vanilla, ST and NMST heads (Choi, Cho,
+        Lee (2023) eq. 3; Chapter 6, 06_wikitext), the mean entmax loss for the entmax heads
+        (Martins et al. (2020) eq. 5; Chapter 8, 08_sparse)."""
+        total, count = self.token_loss(batch)
         return total / count
 
     # ------------------------------------------------------------------- decoding protocol
@@ -272,6 +290,18 @@ class GPT2LM(nn.Module):
 
     token_nll = RecurrentLM.token_nll
     loss = RecurrentLM.loss
+
+    def token_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sum of the head's per-token loss over the scored tokens and their count (see
+        :meth:`RecurrentLM.token_loss`)."""
+        batch = batch.to(self.device)
+        if batch.inputs.shape[1] > self.max_positions:
+            raise ValueError(f"GPT-2 reads at most {self.max_positions} positions, got {batch.inputs.shape[1]}")
+        logits = self.model(input_ids=batch.inputs, use_cache=False).logits
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            losses = self.head.token_losses(logits.float(), batch.targets, batch.context_mask)
+        scored = batch.target_mask
+        return losses[scored].sum(), scored.sum()
     _check_eval = RecurrentLM._check_eval
     _head_step = RecurrentLM._head_step
 

@@ -267,8 +267,10 @@ def evaluate_trained(run: TrainedRun, *, progress: bool = False, log: Callable[[
     data_hist = np.bincount(data_lengths.numpy(), minlength=config.decode_max_len + 2)
     return {
         "metrics": {
-            "val_ppl": run.val_ppl,
+            "val_ppl": run.val_ppl,  # None for the entmax heads (Chapter 8): see val_loss
             "test_ppl": run.test_ppl,
+            "val_loss": run.val_loss,  # mean of the head's own loss: log perplexity for va/st/nmst
+            "test_loss": run.test_loss,
             "best_epoch": run.best_epoch,
             "epochs_run": run.epochs_run,
             "stopped_early": run.stopped_early,

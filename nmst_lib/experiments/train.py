@@ -1,6 +1,8 @@
 """Training of the WikiText-2 language models: data preparation, the training loop with
 AdamW, learning-rate halving, early stopping and best-by-validation selection (Choi, Cho, Lee
 (2023) App. D), atomic checksummed checkpoints, and exact resumption (Chapter 6, 06_wikitext).
+The same loop trains the entmax heads of Chapter 8 (08_sparse) on their own loss (Martins et al.
+(2020) eq. 5-6), selecting by the validation mean of that loss (:func:`selection_metric`).
 
 Reproducibility: every random choice comes from a seed (python, numpy, torch; the data order
 from a generator seeded by ``(seed, epoch)``); checkpoints hold the RNG states, so a run that
@@ -27,7 +29,7 @@ import torch
 from .. import data as D
 from ..heads import head_from_name
 from ..models import RecurrentLM, build_model
-from .config import DECODING_FIELDS, ExperimentConfig, training_hash, validate_config
+from .config import DECODING_FIELDS, NLL_HEADS, ExperimentConfig, training_hash, validate_config
 from .results import atomic_write_bytes, is_source_checkout, user_cache_dir
 
 __all__ = [
@@ -43,6 +45,8 @@ __all__ = [
     "prepare_data",
     "build_model_for",
     "evaluate_perplexity",
+    "evaluate_loss",
+    "selection_metric",
     "save_checkpoint",
     "load_checkpoint",
     "train",
@@ -151,8 +155,10 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
 
 
 def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM:
-    """The model and output layer that ``config`` names (Choi, Cho, Lee (2023) App. D)."""
-    head = head_from_name(config.head, eps=config.eps)
+    """The model and output layer that ``config`` names (Choi, Cho, Lee (2023) App. D; the
+    entmax heads of Chapter 8, 08_sparse, with ``config.alpha``)."""
+    kwargs = {} if config.alpha is None else {"alpha": config.alpha}
+    head = head_from_name(config.head, eps=config.eps, **kwargs)
     return build_model(config.arch, vocab_size, hidden=config.hidden, layers=config.layers,
                        dropout=config.dropout, head=head)
 
@@ -203,6 +209,43 @@ def evaluate_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size: in
     finally:
         model.train(was_training)
     return math.exp(total / count)
+
+
+@torch.no_grad()
+def evaluate_loss(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64,
+                  max_tokens: int | None = None) -> float:
+    """Mean of the head's own per-token loss (:meth:`nmst_lib.models.RecurrentLM.token_loss`)
+    over the continuation tokens (eos included, context excluded) of ``data``: log perplexity for
+    the va/st/nmst heads, the mean entmax loss (Martins et al. (2020) eq. 5-6) for the entmax
+    heads, whose perplexity can be infinite (Chapter 8, 08_sparse). Eval mode; restores the
+    model's mode afterwards."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    device = model.device
+    try:
+        for indices in D.bucket_batches(data.lengths, batch_size, max_tokens=max_tokens):
+            with _autocast(device):
+                loss, n = model.token_loss(D.make_batch(data, indices))
+            total += float(loss.double())
+            count += int(n)
+    finally:
+        model.train(was_training)
+    return total / count
+
+
+def selection_metric(config: ExperimentConfig) -> str:
+    """What :func:`train` compares between epochs (lower is better): ``"val_ppl"`` (validation
+    perplexity, Chapter 6) for the heads trained with the negative log-likelihood (va, st, nmst),
+    ``"val_loss"`` (validation mean entmax loss, Chapter 8, 08_sparse) for the entmax heads. Both
+    are the validation mean of the head's own training loss (perplexity is its exponential)."""
+    return "val_ppl" if validate_config(config).head in NLL_HEADS else "val_loss"
+
+
+def _validation_score(config: ExperimentConfig, model: RecurrentLM, data: D.SequenceData) -> float:
+    if selection_metric(config) == "val_ppl":
+        return evaluate_perplexity(model, data, config.batch_size * 2, config.max_batch_tokens)
+    return evaluate_loss(model, data, config.batch_size * 2, config.max_batch_tokens)
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -268,7 +311,14 @@ def _clone_state(module: torch.nn.Module) -> dict:
 
 @dataclass
 class TrainedRun:
-    """A trained model (best epoch's weights, eval mode) and its training record."""
+    """A trained model (best epoch's weights, eval mode) and its training record.
+
+    ``val_ppl``/``test_ppl``: perplexities for the heads trained with the negative
+    log-likelihood (va, st, nmst); None for the entmax heads (Chapter 8, 08_sparse), whose
+    perplexity is infinite as soon as one reference word falls outside the support.
+    ``val_loss``/``test_loss``: the mean of the head's own per-token loss (log perplexity for
+    va/st/nmst, computed as the log of the perplexity; the mean entmax loss for the entmax heads).
+    """
 
     config: ExperimentConfig
     model: RecurrentLM
@@ -277,18 +327,23 @@ class TrainedRun:
     best_epoch: int
     epochs_run: int
     stopped_early: bool
-    val_ppl: float
-    test_ppl: float
+    val_ppl: float | None
+    test_ppl: float | None
     train_seconds: float
     device: str
     checkpoint: str
     resumed_from: dict | None = None
+    val_loss: float | None = None
+    test_loss: float | None = None
 
 
 @dataclass
 class _Progress:
     epoch: int = 0  # completed epochs
     step: int = 0  # batches done in the current epoch
+    # The best validation score so far (see selection_metric: perplexity for va/st/nmst, mean entmax
+    # loss for the entmax heads); the name predates the entmax heads and is kept so that existing
+    # checkpoints load.
     best_val_ppl: float = math.inf
     best_epoch: int = 0
     bad_epochs: int = 0
@@ -349,10 +404,12 @@ def train(
     """Train the model of ``config`` (Choi, Cho, Lee (2023) Sec. 4.1 and App. D; Chapter 6,
     06_wikitext).
 
-    AdamW(lr, betas, weight_decay); per epoch, bucketed batches in an order fixed by
-    ``(seed, epoch)``; gradient-norm clipping; after the epoch the validation perplexity
-    decides: improvement -> remember these weights; none -> multiply the lr by ``lr_decay``, and
-    stop after ``patience`` such epochs in a row. The returned model holds the best epoch's
+    AdamW(lr, betas, weight_decay) on the mean of the head's own per-token loss
+    (:meth:`nmst_lib.models.RecurrentLM.loss`); per epoch, bucketed batches in an order fixed by
+    ``(seed, epoch)``; gradient-norm clipping; after the epoch the validation score
+    (:func:`selection_metric`: perplexity for va/st/nmst, mean entmax loss for the entmax heads of
+    Chapter 8, 08_sparse) decides: improvement -> remember these weights; none -> multiply the lr
+    by ``lr_decay``, and stop after ``patience`` such epochs in a row. The returned model holds the best epoch's
     weights. On CUDA the forward pass runs under autocast to :func:`autocast_dtype` (bfloat16, or
     float16) with a ``GradScaler``; the output layer runs in float32.
 
@@ -405,16 +462,20 @@ def train(
     def checkpoint():
         save_checkpoint(path, _checkpoint_payload(config, vocab, model, optimizer, scaler, best_state, prog))
 
+    metric = selection_metric(config)
     start_time = time.perf_counter() - prog.train_seconds
     while not prog.finished and prog.epoch < config.max_epochs:
         prog = _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every,
                                 checkpoint, say, log_steps, start_time)
-        val_ppl = evaluate_perplexity(model, data.valid, config.batch_size * 2, config.max_batch_tokens)
+        score = _validation_score(config, model, data.valid)
+        if math.isnan(score):
+            raise FloatingPointError(f"{config.key}: the validation {metric} is NaN after epoch {prog.epoch + 1} "
+                                     "(training diverged); lower lr or check the head's loss")
         epoch_no = prog.epoch + 1
-        record = {"epoch": epoch_no, "lr": prog.lr, "val_ppl": val_ppl,
+        record = {"epoch": epoch_no, "lr": prog.lr, metric: score,
                   "train_loss": prog.epoch_loss_sum / max(prog.epoch_tokens, 1), "train_tokens": prog.epoch_tokens}
-        if val_ppl < prog.best_val_ppl:
-            prog.best_val_ppl, prog.best_epoch, prog.bad_epochs = val_ppl, epoch_no, 0
+        if score < prog.best_val_ppl:
+            prog.best_val_ppl, prog.best_epoch, prog.bad_epochs = score, epoch_no, 0
             best_state = _clone_state(model)
         else:
             prog.bad_epochs += 1
@@ -428,19 +489,26 @@ def train(
         prog.train_seconds = time.perf_counter() - start_time
         checkpoint()
         say(f"[train] {config.key}: epoch {epoch_no}/{config.max_epochs} train_loss {record['train_loss']:.4f} "
-            f"val_ppl {val_ppl:.2f} lr {record['lr']:.2e}{' (best)' if prog.best_epoch == epoch_no else ''}")
+            f"{metric} {score:.{2 if metric == 'val_ppl' else 4}f} lr {record['lr']:.2e}"
+            f"{' (best)' if prog.best_epoch == epoch_no else ''}")
 
     if not prog.finished:  # max_epochs reached by a resumed run whose flag was not set
         prog.finished = True
         checkpoint()
     model.load_state_dict(best_state)
     model.eval()
-    val_ppl = evaluate_perplexity(model, data.valid, config.batch_size * 2, config.max_batch_tokens)
-    test_ppl = evaluate_perplexity(model, data.test, config.batch_size * 2, config.max_batch_tokens)
+    if metric == "val_ppl":
+        val_ppl = evaluate_perplexity(model, data.valid, config.batch_size * 2, config.max_batch_tokens)
+        test_ppl = evaluate_perplexity(model, data.test, config.batch_size * 2, config.max_batch_tokens)
+        val_loss, test_loss = math.log(val_ppl), math.log(test_ppl)
+    else:
+        val_ppl = test_ppl = None
+        val_loss = evaluate_loss(model, data.valid, config.batch_size * 2, config.max_batch_tokens)
+        test_loss = evaluate_loss(model, data.test, config.batch_size * 2, config.max_batch_tokens)
     return TrainedRun(config=config, model=model, data=data, history=list(prog.history), best_epoch=prog.best_epoch,
                       epochs_run=prog.epoch, stopped_early=prog.stopped_early, val_ppl=val_ppl, test_ppl=test_ppl,
                       train_seconds=prog.train_seconds, device=str(device), checkpoint=str(path),
-                      resumed_from=resumed_from)
+                      resumed_from=resumed_from, val_loss=val_loss, test_loss=test_loss)
 
 
 def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every, checkpoint,
@@ -460,7 +528,7 @@ def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progr
         for i in range(prog.step, len(batches)):
             batch = D.make_batch(data.train, batches[i]).to(device)
             with _autocast(device):
-                nll, count = model.token_nll(batch)
+                nll, count = model.token_loss(batch)  # the head's own loss: NLL for va/st/nmst
             loss = nll / count
             optimizer.zero_grad(set_to_none=True)
             if scaler is not None:
