@@ -1,4 +1,4 @@
-"""Model-agnostic decoding algorithms: greedy, ancestral, top-k, nucleus and beam search.
+"""Model-agnostic decoding algorithms: greedy, ancestral, top-k, nucleus, entmax sampling and beam search.
 
 Every decoder works on any model that follows the decoding protocol of DESIGN.md
 (:class:`LanguageModel`): it asks the model for next-token log-probabilities, picks tokens,
@@ -14,7 +14,18 @@ The algorithms are the ones whose (in)consistency the book studies:
 * beam search: Welleck et al. (2020), Def. A.2 (Choi et al. 2023, Def. A.3).
 
 They are derived in Chapter 1 (01_decoding); the consistent variants in Chapter 3
-(03_consistent_sampling).
+(03_consistent_sampling). Chapter 8 (08_sparse) adds
+
+* ancestral sampling with a temperature, ``softmax(log p / T)`` (Martins et al. (2020),
+  Sec. 5.1, "softmax-tau");
+* entmax sampling (Martins et al. (2020), Sec. 3): a draw from ``entmax_alpha(log p)``;
+  entmax is shift-invariant, so this is ``entmax_alpha(z)`` of the model's scores z whenever
+  ``log p = log_softmax(z)``;
+
+and makes every decoder work on *sparse* models, whose log-probabilities contain ``-inf``
+(tokens of probability zero are never drawn, never kept by beam search, never counted in a
+nucleus). :func:`decoder_distribution` returns the distribution a token-level decoder draws
+from at one step, built from the same candidate sets as :func:`decode`.
 
 Tie-breaking is deterministic everywhere: among tokens of equal probability the smaller
 token id comes first (greedy, top-k, nucleus); in beam search the expansion of the
@@ -31,6 +42,8 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from ._validation import check_index, check_positive_int
+from .entmax import entmax, log_entmax
+from .heads import _check_alpha
 
 __all__ = [
     "PAD",
@@ -38,6 +51,7 @@ __all__ = [
     "LanguageModel",
     "Generation",
     "decode",
+    "decoder_distribution",
     "top_k_mask",
     "nucleus_mask",
     "restrict_log_probs",
@@ -47,7 +61,7 @@ __all__ = [
 PAD = -1
 """Token id that fills ``Generation.tokens`` after the end of each sequence."""
 
-METHODS = ("greedy", "ancestral", "top-k", "nucleus", "beam")
+METHODS = ("greedy", "ancestral", "top-k", "nucleus", "entmax", "beam")
 """The decoding methods :func:`decode` knows."""
 
 _NEG_INF = -math.inf
@@ -226,7 +240,9 @@ def _nucleus_sets(log_probs: torch.Tensor, p: float) -> tuple[torch.Tensor, torc
             values, order = torch.sort(rows, dim=-1, descending=True, stable=True)
         mass_before = torch.logcumsumexp(values, dim=-1).roll(1, dims=-1)
         mass_before[:, 0] = _NEG_INF  # nothing precedes the most probable token
-        keep = mass_before < log_p
+        # tokens of probability zero (sparse models) never join, even when the finite mass
+        # rounds to just below p
+        keep = (mass_before < log_p) & (values > _NEG_INF)
         if width < vocab_size:
             m = keep.sum(dim=-1, keepdim=True)
             inside = m < width
@@ -369,6 +385,70 @@ def sample_tokens(log_probs: torch.Tensor, generator: torch.Generator | None = N
     return _sample(log_probs, generator)
 
 
+def decoder_distribution(
+    log_probs: torch.Tensor,
+    method: str,
+    *,
+    k: int | None = None,
+    p: float | None = None,
+    consistent: bool = False,
+    eos_id: int | None = None,
+    alpha: float | None = None,
+    temperature: float | None = None,
+) -> torch.Tensor:
+    """The distribution ``[..., V]`` a token-level decoder draws from, given one step's
+    log-probabilities ``log_probs [..., V]`` (teacher forcing).
+
+    * ``"greedy"``: one-hot at the most probable token (smallest id among ties; Welleck et al.
+      (2020), Def. 2.8);
+    * ``"ancestral"``: ``softmax(log_probs / T)`` (Def. 2.5; ``temperature`` T, default 1);
+    * ``"top-k"`` / ``"nucleus"``: the model's probabilities renormalised over the candidate
+      set (Defs. 2.6-2.7; with ``consistent=True`` and ``eos_id``, eos added: Defs. 4.1-4.2);
+    * ``"entmax"``: ``entmax_alpha(log_probs)`` (Martins et al. (2020), Sec. 3).
+
+    These are the distributions Martins et al. (2020), Table 2, scores with the sparse-LM
+    metrics (sp, JS, eps-perplexity; Chapter 8, 08_sparse). The candidate sets are built by
+    the same functions :func:`decode` samples with (``_top_k_ids``, ``_nucleus_sets``), so a
+    draw of :func:`decode` at this step follows exactly this distribution. Tokens of
+    probability zero (``-inf``, sparse models) get zero, also when they are among the k of
+    top-k. Beam search is not a token-level decoder and is refused. Returns probabilities
+    in the dtype of ``log_probs`` (at least float32); every row sums to one.
+    """
+    _check_log_probs_tensor(log_probs)
+    vocab_size = log_probs.shape[-1]
+    if isinstance(method, str) and method == "beam":
+        raise ValueError("beam search is not a token-level decoder: it has no per-step sampling distribution; "
+                         f"use one of {', '.join(repr(m) for m in METHODS if m != 'beam')}")
+    k, p, _, alpha, temperature = _check_method_arguments(method, vocab_size, k, p, None, consistent, alpha,
+                                                          temperature)
+    if consistent and eos_id is None:
+        raise ValueError("consistent=True adds eos to the candidate set: pass eos_id, the id of eos")
+    if eos_id is not None:
+        if not consistent:
+            raise ValueError("eos_id is only used with consistent=True (top-k and nucleus)")
+        eos_id = check_index(eos_id, vocab_size, "eos_id")
+    dtype = torch.promote_types(log_probs.dtype, torch.float32)
+    rows = log_probs.reshape(-1, vocab_size).to(dtype)
+    if method == "greedy":
+        probs = torch.nn.functional.one_hot(rows.argmax(dim=-1), vocab_size).to(dtype)
+    elif method == "ancestral":
+        probs = torch.softmax(rows if temperature == 1.0 else rows / temperature, dim=-1)
+    elif method == "entmax":
+        probs = entmax(rows, alpha, dim=-1)
+    else:
+        if method == "top-k":
+            ids = _top_k_ids(rows, k)
+            kept = torch.ones_like(ids, dtype=torch.bool)
+        elif p == 1.0:
+            ids, kept = None, None
+        else:
+            ids, kept = _nucleus_sets(rows, p)
+        mask = rows > _NEG_INF if ids is None else _scatter_kept(rows.shape, ids, kept)
+        mask = _with_eos(mask, eos_id)
+        probs = torch.softmax(rows.masked_fill(~mask, _NEG_INF), dim=-1)
+    return probs.view(log_probs.shape)
+
+
 # --------------------------------------------------------------------------- argument checks
 
 
@@ -407,7 +487,18 @@ def _check_contexts(contexts, vocab_size: int) -> None:
         raise ValueError(f"context token ids must be in [0, {vocab_size}) for a vocabulary of size {vocab_size}, got {bad}")
 
 
-def _check_method_arguments(method, vocab_size, k, p, beam_size, consistent):
+def _check_temperature(temperature) -> float:
+    if isinstance(temperature, torch.Tensor) and temperature.numel() == 1:
+        temperature = temperature.item()
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise TypeError(f"temperature must be a real number > 0, got {type(temperature).__name__}")
+    temperature = float(temperature)
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0 (1 = the model's own distribution), got {temperature!r}")
+    return temperature
+
+
+def _check_method_arguments(method, vocab_size, k, p, beam_size, consistent, alpha=None, temperature=None):
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(repr(m) for m in METHODS)}; got {method!r}")
     if not isinstance(consistent, bool):
@@ -420,6 +511,11 @@ def _check_method_arguments(method, vocab_size, k, p, beam_size, consistent):
         raise ValueError(f"p is only used by nucleus; method {method!r} does not take it")
     if beam_size is not None and method != "beam":
         raise ValueError(f"beam_size is only used by beam; method {method!r} does not take it")
+    if alpha is not None and method != "entmax":
+        raise ValueError(f"alpha is only used by entmax sampling (method='entmax'); method {method!r} does not take it")
+    if temperature is not None and method != "ancestral":
+        raise ValueError(f"temperature is only used by ancestral sampling (method='ancestral', softmax(log p / T)); "
+                         f"method {method!r} does not take it")
     if method == "top-k":
         if k is None:
             raise ValueError("top-k needs k, an integer in [1, V]")
@@ -432,7 +528,13 @@ def _check_method_arguments(method, vocab_size, k, p, beam_size, consistent):
         if beam_size is None:
             raise ValueError("beam needs beam_size, an integer >= 1")
         beam_size = check_positive_int(beam_size, "beam_size")
-    return k, p, beam_size
+    if method == "entmax":
+        if alpha is None:
+            raise ValueError("entmax sampling needs alpha, a number >= 1 (e.g. 1.5; 1 = ancestral sampling)")
+        alpha = _check_alpha(alpha)
+    if method == "ancestral":
+        temperature = 1.0 if temperature is None else _check_temperature(temperature)
+    return k, p, beam_size, alpha, temperature
 
 
 def _check_step_log_probs(log_probs, rows: int, vocab_size: int, where: str) -> None:
@@ -457,6 +559,8 @@ def decode(
     p: float | None = None,
     beam_size: int | None = None,
     consistent: bool = False,
+    alpha: float | None = None,
+    temperature: float | None = None,
     generator: torch.Generator | None = None,
 ) -> Generation:
     """Decode one continuation per context with ``method``; stop at eos or after ``max_len`` tokens.
@@ -465,11 +569,18 @@ def decode(
 
     * ``"greedy"``: the most probable token at each step (Welleck et al. 2020, Def. 2.8;
       ties go to the smaller token id);
-    * ``"ancestral"``: a draw from the model's distribution (Def. 2.5);
+    * ``"ancestral"``: a draw from the model's distribution (Def. 2.5); with ``temperature``
+      T > 0, from ``softmax(log p / T)`` (Martins et al. (2020), Sec. 5.1; T = 1, the
+      default, is the model's own distribution, draw for draw; tokens of probability zero
+      keep probability zero);
     * ``"top-k"``: a draw from the distribution renormalised over the ``k`` most probable
       tokens (Def. 2.6; see :func:`top_k_mask`);
     * ``"nucleus"``: the same over the smallest set of most probable tokens of mass >= ``p``
       (Def. 2.7; Choi et al. 2023, Def. A.2; see :func:`nucleus_mask`);
+    * ``"entmax"``: a draw from ``entmax_alpha(log p)`` with ``alpha >= 1`` (Martins et al.
+      (2020), Sec. 3; Chapter 8, 08_sparse); entmax is shift-invariant, so for a softmax model
+      this is alpha-entmax of its logits, and for an entmax model trained with the same alpha
+      it is the model's own distribution. ``alpha = 1`` is ancestral sampling, draw for draw;
     * ``"beam"``: beam search of width ``beam_size`` (Welleck et al. 2020, Def. A.2): at
       each step the ``beam_size`` best expansions of all live prefixes (score = sum of
       log-probs, no length normalisation) are kept, and those ending in eos move to the
@@ -480,6 +591,16 @@ def decode(
 
     ``consistent=True`` (top-k and nucleus only) adds eos to every candidate set
     (Welleck et al. 2020, Defs. 4.1-4.2; Chapter 3, 03_consistent_sampling).
+
+    Sparse models (Chapter 8, 08_sparse): log-probabilities may be ``-inf``. A token of
+    probability zero is never drawn by any sampler (top-k with fewer than k tokens of
+    positive probability samples among those), never joins a nucleus, and never enters a beam
+    (a beam holds fewer than ``beam_size`` prefixes when fewer expansions are possible).
+    Consistent sampling adds eos to the candidate set, but a draw still follows the model's
+    probabilities renormalised over the set: if the model gives eos probability exactly zero,
+    adding it changes nothing, and consistent top-k / nucleus sampling do not terminate
+    either. Consistency of the decoder cannot rescue a model that never puts mass on eos;
+    only the output layer can (the NMST-entmax head, :mod:`nmst_lib.heads`).
 
     Sampling draws its noise only from ``generator`` (same seed, same output; see
     :func:`sample_tokens` for devices); ``generator=None`` uses torch's global RNG.
@@ -492,14 +613,15 @@ def decode(
     vocab_size, eos_id = _check_model(model)
     _check_contexts(contexts, vocab_size)
     max_len = check_positive_int(max_len, "max_len")
-    k, p, beam_size = _check_method_arguments(method, vocab_size, k, p, beam_size, consistent)
+    k, p, beam_size, alpha, temperature = _check_method_arguments(
+        method, vocab_size, k, p, beam_size, consistent, alpha, temperature)
     _check_generator(generator)
 
     if method == "beam":
         tokens, lengths, terminated, scores, first_finish = _beam_search(
             model, contexts, beam_size, max_len, vocab_size, eos_id)
     else:
-        choose = _token_chooser(method, k, p, eos_id if consistent else None, generator)
+        choose = _token_chooser(method, k, p, eos_id if consistent else None, generator, alpha, temperature)
         tokens, lengths, terminated, scores = _decode_token_by_token(model, contexts, choose, max_len, vocab_size, eos_id)
         first_finish = torch.where(terminated, lengths, torch.full_like(lengths, max_len + 1))
     return Generation(
@@ -543,7 +665,7 @@ def _sample_among(log_probs: torch.Tensor, ids: torch.Tensor, kept: torch.Tensor
     return ids.gather(1, _sample(candidates, generator)[:, None]).squeeze(1)
 
 
-def _token_chooser(method: str, k, p, eos_id, generator):
+def _token_chooser(method: str, k, p, eos_id, generator, alpha=None, temperature=None):
     """The per-step rule ``log_probs [n, V] -> tokens [n]`` of a single-pass decoder.
 
     Top-k and nucleus sampling find their candidate sets with ``topk`` prefilters
@@ -552,8 +674,13 @@ def _token_chooser(method: str, k, p, eos_id, generator):
     prefilter instead of a sort and a vocabulary-wide draw."""
     if method == "greedy":
         return lambda log_probs: log_probs.argmax(dim=-1)  # first maximum: smallest id
-    if method == "ancestral" or (method == "nucleus" and p == 1.0):
+    if method == "ancestral" and temperature not in (None, 1.0):
+        return lambda log_probs: _sample(log_probs / temperature, generator)  # -inf stays -inf
+    if method == "entmax" and alpha != 1.0:
+        return lambda log_probs: _sample(log_entmax(log_probs, alpha, dim=-1), generator)
+    if method in ("ancestral", "entmax") or (method == "nucleus" and p == 1.0):
         # The nucleus of mass 1 is the support: ancestral sampling (eos is in it or has p = 0).
+        # entmax with alpha = 1 is the softmax: ancestral sampling, with the same noise
         return lambda log_probs: _sample(log_probs, generator)
     if method == "top-k":
         return lambda log_probs: _sample_among(log_probs, _top_k_ids(log_probs, k), None, eos_id, generator)
@@ -601,7 +728,9 @@ def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int,
 
     Per context and step t: every live prefix rho is expanded with every token v, with score
     s(rho o v) = s(rho) + log p(v | rho, x) (Def. A.1; no length normalisation); the
-    ``beam_size`` best expansions over all live prefixes x all tokens are kept; kept ones
+    ``beam_size`` best expansions over all live prefixes x all tokens are kept (expansions of
+    probability zero, score ``-inf``, never are: with a sparse model the beam may hold fewer
+    than ``beam_size`` prefixes, and a zero-probability eos never finishes one); kept ones
     ending in eos leave for the finished set S, the others form the next live beam (which
     may thus hold fewer than ``beam_size`` prefixes). A context stops when S holds
     ``beam_size`` sequences, when no live prefix is left, or at ``max_len``; it returns the
@@ -665,7 +794,8 @@ def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int,
         scores = flat_scores.gather(1, order)
         tokens = grid_tokens.view(n_active, -1).gather(1, order)
         parent_rows = grid_rows.gather(1, order // per_row)
-        real = parent_rows >= 0
+        # a real expansion has a parent and positive probability (sparse models give -inf)
+        real = (parent_rows >= 0) & (scores > _NEG_INF)
         parent_rows = parent_rows.masked_fill(~real, 0)
         kept_tokens[active, t] = tokens.masked_fill(~real, PAD)
         kept_parents[active, t] = row_position[parent_rows]

@@ -119,15 +119,16 @@ def reference_greedy(table, eos_id, last, max_len):
 def reference_beam(table, eos_id, last, width, max_len):
     """Welleck et al. (2020), Def. A.2 with Python lists, one context at a time.
 
-    Candidates are listed prefix by prefix (in beam order), token by token; a stable sort by
-    score keeps that order among ties. Returns (tokens, terminated, score, live sizes of
+    Candidates are listed prefix by prefix (in beam order), token by token, leaving out those
+    of probability zero; a stable sort by score keeps that order among ties. Returns (tokens, terminated, score, live sizes of
     the beam before every further step, first step at which a sequence finished or
     max_len + 1).
     """
     beam = [((), 0.0, last)]  # (prefix, score, last token)
     finished, live_sizes, first_finish = [], [], max_len + 1
     for t in range(max_len):
-        candidates = [(prefix + (v,), score + table[prev][v], v) for prefix, score, prev in beam for v in range(len(table))]
+        candidates = [(prefix + (v,), score + table[prev][v], v) for prefix, score, prev in beam for v in range(len(table))
+                      if table[prev][v] > -INF]  # an expansion of probability zero is no hypothesis (Chapter 8)
         kept = sorted(candidates, key=lambda c: -c[1])[:width]
         finished += [c for c in kept if c[2] == eos_id]
         if finished and first_finish > max_len:
@@ -816,4 +817,4 @@ def test_mask_functions_reject_bad_arguments():
 
 
 def test_methods_constant_lists_every_method():
-    assert METHODS == ("greedy", "ancestral", "top-k", "nucleus", "beam")
+    assert METHODS == ("greedy", "ancestral", "top-k", "nucleus", "entmax", "beam")
