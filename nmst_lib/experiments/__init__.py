@@ -2,7 +2,8 @@
 training with checkpoints (:mod:`.train`), the results store (:mod:`.results`), end-to-end
 runs and suites (:mod:`.runs`), and what a reader can do with the results: where they come
 from, retraining, and a time estimate for the paper profile (``nmst_lib.experiments.choices``).
-After Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G."""
+After Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G. The sparse-text-generation experiments of
+Chapter 8 (08_sparse; Martins et al. (2020) Sec. 5.1, Tables 2, 4, 5) live in :mod:`.sparse`."""
 
 from .config import (
     ALL_DECODERS,
@@ -42,6 +43,15 @@ from .runs import (
     suite_configs,
 )
 from .choices import TimeEstimate, describe_results, estimate_profile_time, run_choices
+from .sparse import (
+    SparseConfig,
+    load_or_run_sparse,
+    load_sparse_result,
+    load_sparse_results,
+    run_sparse,
+    run_sparse_suite,
+    sparse_suite_configs,
+)
 from .train import (
     CheckpointError,
     PreparedData,
@@ -64,4 +74,6 @@ __all__ = [
     "run_experiment", "run_suite", "suite_configs",
     "CheckpointError", "PreparedData", "TrainedRun", "checkpoint_path", "evaluate_perplexity", "load_checkpoint",
     "prepare_data", "save_checkpoint", "train",
+    "SparseConfig", "load_or_run_sparse", "load_sparse_result", "load_sparse_results", "run_sparse",
+    "run_sparse_suite", "sparse_suite_configs",
 ]
