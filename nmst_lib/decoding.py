@@ -579,8 +579,12 @@ def decode(
       (Def. 2.7; Choi et al. 2023, Def. A.2; see :func:`nucleus_mask`);
     * ``"entmax"``: a draw from ``entmax_alpha(log p)`` with ``alpha >= 1`` (Martins et al.
       (2020), Sec. 3; Chapter 8, 08_sparse); entmax is shift-invariant, so for a softmax model
-      this is alpha-entmax of its logits, and for an entmax model trained with the same alpha
-      it is the model's own distribution. ``alpha = 1`` is ancestral sampling, draw for draw;
+      this is alpha-entmax of its logits (Martins et al.'s entmax sampling of a model trained
+      with the entmax loss is exactly this with the model's scores). A model whose output
+      layer is already entmax (:class:`~nmst_lib.heads.EntmaxHead`, NMST-entmax) returns its
+      own sparse distribution, which ``"ancestral"`` samples; ``"entmax"`` on top of it would
+      apply a second entmax (a sparser decoder, not the model's distribution).
+      ``alpha = 1`` is ancestral sampling, draw for draw;
     * ``"beam"``: beam search of width ``beam_size`` (Welleck et al. 2020, Def. A.2): at
       each step the ``beam_size`` best expansions of all live prefixes (score = sum of
       log-probs, no length normalisation) are kept, and those ending in eos move to the

@@ -1,7 +1,8 @@
-"""Output layers: vanilla softmax, self-terminating (ST) and non-monotonic self-terminating (NMST).
+"""Output layers: vanilla softmax, self-terminating (ST), non-monotonic self-terminating (NMST),
+and their sparse versions, entmax and NMST-entmax.
 
 An output layer turns the logits ``z = U h_t`` of a language model into next-token
-log-probabilities. The three layers of the book differ only in how they treat ``<eos>``:
+log-probabilities. The three softmax layers of the book differ only in how they treat ``<eos>``:
 
 * **vanilla** (Choi, Cho, Lee (2023), Def. 1): ``log_softmax(z)``; nothing forces eos.
 * **ST** (Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023), Def. 5, eq. 9):
@@ -22,7 +23,9 @@ Two sparse layers (Chapter 8, 08_sparse) replace the softmax by alpha-entmax (Ma
   outside the support;
 * **NMST-entmax** (this book, Chapter 8): eos gets NMST's ``p(eos at t)`` (so the lower
   bound ``f_lb(t)`` holds and every decoder terminates), the other tokens share
-  ``1 - p(eos)`` in proportion to alpha-entmax over the NON-eos logits. Everything is computed in log space, exactly, with no clamping: the layers
+  ``1 - p(eos)`` in proportion to alpha-entmax over the NON-eos logits.
+
+Everything is computed in log space, exactly, with no clamping: the layers
 return finite eos log-probabilities and finite gradients even at ``|logit| = 1e4`` in float32,
 and float64 inputs give float64-accurate outputs. float16 / bfloat16 logits (mixed precision)
 are computed, and returned, in float32.
@@ -30,7 +33,8 @@ are computed, and returned, in float32.
 Steps ``t = 1, 2, ...`` count continuation tokens (DESIGN.md); the functions take them along
 dim -2 of the logits ``[..., T, V]``, the :class:`OutputHead` modules also understand a context
 mask (context positions are not steps) and decode one step at a time with :meth:`~OutputHead.step`.
-Chapter 4 (04_self_terminating) derives ST, Chapter 5 (05_nmst) derives NMST.
+Chapter 4 (04_self_terminating) derives ST, Chapter 5 (05_nmst) derives NMST, Chapter 8
+(08_sparse) the entmax layers and their losses (:meth:`OutputHead.token_losses`).
 """
 
 from __future__ import annotations

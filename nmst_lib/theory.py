@@ -523,7 +523,8 @@ def eos_outside_support_model(
         eos_id = vocab_size - 1
     eos_id = check_index(eos_id, vocab_size, "eos_id")
     for value, name, low in ((gap_factor, "gap_factor", 1.0), (spread, "spread", 0.0)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= low):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not (math.isfinite(value) and value >= low)):
             raise ValueError(f"{name} must be a finite number >= {low:g}, got {value!r}")
     if not isinstance(head, str) or head.strip().lower() not in _CONSTRUCTION_HEADS:
         raise ValueError(f"head must be one of {', '.join(_CONSTRUCTION_HEADS)}, got {head!r}")

@@ -120,9 +120,9 @@ def reference_beam(table, eos_id, last, width, max_len):
     """Welleck et al. (2020), Def. A.2 with Python lists, one context at a time.
 
     Candidates are listed prefix by prefix (in beam order), token by token, leaving out those
-    of probability zero; a stable sort by score keeps that order among ties. Returns (tokens, terminated, score, live sizes of
-    the beam before every further step, first step at which a sequence finished or
-    max_len + 1).
+    of probability zero; a stable sort by score keeps that order among ties. Returns (tokens,
+    terminated, score, live sizes of the beam before every further step, first step at which
+    a sequence finished or max_len + 1).
     """
     beam = [((), 0.0, last)]  # (prefix, score, last token)
     finished, live_sizes, first_finish = [], [], max_len + 1

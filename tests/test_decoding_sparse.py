@@ -133,13 +133,14 @@ def test_entmax_sampling_with_alpha_one_is_ancestral_sampling_draw_for_draw():
 def test_entmax_sampling_approaches_ancestral_as_alpha_goes_to_one():
     row = torch.log_softmax(torch.randn(9, generator=torch.Generator().manual_seed(8), dtype=F64), -1)
     softmax = decoder_distribution(row, "ancestral")
-    gaps = [float((decoder_distribution(row, "entmax", alpha=a) - softmax).abs().max()) for a in (1.5, 1.1, 1.01, 1.001)]
+    alphas = (1.5, 1.1, 1.01, 1.001)
+    gaps = [float((decoder_distribution(row, "entmax", alpha=a) - softmax).abs().max()) for a in alphas]
     assert gaps == sorted(gaps, reverse=True) and gaps[-1] < 1e-3
 
 
-def test_entmax_sampling_of_an_entmax_model_with_the_same_alpha_is_its_own_distribution():
-    # entmax is idempotent on its own log-output up to the support: entmax_a(log entmax_a(z)) is
-    # *not* entmax_a(z) in general; shift-invariance is what holds: entmax(log_softmax z) = entmax(z)
+def test_entmax_sampling_of_log_softmax_is_entmax_of_the_logits():
+    # shift-invariance: entmax(log_softmax z) = entmax(z), so entmax sampling of a softmax model is
+    # entmax of its scores (a second entmax on an entmax model's log-output is not its distribution)
     z = torch.randn(4, 10, generator=torch.Generator().manual_seed(9), dtype=F64) * 2
     for alpha in (1.2, 1.5, 2.0):
         torch.testing.assert_close(decoder_distribution(torch.log_softmax(z, -1), "entmax", alpha=alpha),
