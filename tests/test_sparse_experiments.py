@@ -354,3 +354,19 @@ def test_cli_sparse_dry_run_lists_the_models(tmp_path, capsys):
     text = capsys.readouterr().out
     for option in ("--profile", "--only", "--threads", "--out", "--no-progress"):
         assert option in text
+
+
+def test_committed_cpu_results_are_current_and_made_by_committed_code():
+    """The cpu results Chapter 8 shows ship in nmst_lib/published_results/sparse: every model of
+    the cpu suite is there, CURRENT for today's configs, from a clean checkout, on the test split."""
+    stored = sparse.load_sparse_results("cpu", results_dir=published_results_dir())
+    assert [s.status for s in stored] == [CURRENT] * 4, [s.message for s in stored]
+    for s in stored:
+        prov = s.data["provenance"]
+        assert prov["git_sha"] and prov["git_dirty"] is False and "sparse --profile cpu" in prov["command"]
+        tf = s.data["teacher_forced"]
+        assert tf["num_positions"] == s.data["data"]["sequences"]["test"]["num_scored_tokens"]
+        assert s.data["model"]["training_hash"] == training_hash(sparse.sparse_suite_configs("cpu")[0].model) \
+            or s.data["model"]["head"] != "va"
+    rows = sparse.table2_rows(stored)
+    assert len(rows) == 5 + 3 and all(0 < r["sp"] < 1 for r in rows)
