@@ -750,8 +750,7 @@ class NMSTEntmaxHead(_SelfTerminatingBase):
 
     .. math::
         \ell(z; y) = -\log \pi \quad (y = \mathrm{eos}), \qquad
-        \ell(z; y) = -\log(1 - \pi) + L_lpha(z_{-\mathrm{eos}}; y) \quad (y 
-e \mathrm{eos}),
+        \ell(z; y) = -\log(1 - \pi) + L_\alpha(z_{-\mathrm{eos}}; y) \quad (y \ne \mathrm{eos}),
 
     the negative log-likelihood of the Bernoulli event b plus, when the sequence goes on, the
     entmax (Fenchel-Young) loss of the conditional next-token distribution q. It is proper: its

@@ -275,12 +275,12 @@ def _check_probs_and_target(probs, target, name: str = "probs"):
 
 
 def sparsemax_score(probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Sparsemax score per position: sp = p_y + (1 - ||p||^2) / 2 = p_y + H_2(p) (Martins et al.
+    """Sparsemax score per position: sp = p_y + (1 - ``||p||^2``) / 2 = p_y + H_2(p) (Martins et al.
     2020, eq. 10; Chapter 8, ``08_sparse``).
 
     It is 1 minus the smallest sparsemax loss of any score vector whose sparsemax is p, and equals
-    1 - ||p - e_y||^2 / 2 (App. C, half the squared Patrick-Fischer distance). Bounded
-    (App. B): sp = 1 - ||p - e_y||^2 / 2 <= 1 with equality iff p = e_y, and sp = p_y + H_2(p) >= 0
+    1 - ``||p - e_y||^2`` / 2 (App. C, half the squared Patrick-Fischer distance). Bounded
+    (App. B): sp = 1 - ``||p - e_y||^2`` / 2 <= 1 with equality iff p = e_y, and sp = p_y + H_2(p) >= 0
     as a sum of two non-negative terms, with equality iff p = e_x for some x != y. For a one-hot
     (greedy) p it is word accuracy; for the uniform p it is 1/V + (1 - 1/V)/2.
 
@@ -315,8 +315,8 @@ def js_divergence(probs: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Jensen-Shannon divergence JS(p, e_y) per position, natural log (Martins et al. 2020,
     eq. 11 with q = e_y, closed form of App. D; Chapter 8, ``08_sparse``).
 
-    With m = (p + e_y)/2: KL(p||m) = (1 - p_y) log 2 + p_y log(2 p_y / (1 + p_y)) and
-    KL(e_y||m) = log(2 / (1 + p_y)), so
+    With m = (p + e_y)/2: ``KL(p||m)`` = (1 - p_y) log 2 + p_y log(2 p_y / (1 + p_y)) and
+    ``KL(e_y||m)`` = log(2 / (1 + p_y)), so
 
         JS = log 2 + [p_y log p_y - (1 + p_y) log(1 + p_y)] / 2
            = H_b((1 + p_y)/2) - H_b(p_y)/2,

@@ -361,7 +361,7 @@ def entmax_eos_gap(alpha) -> float:
     ancestral sampling included, inconsistent"), first half: for ``alpha > 1`` and scores z,
 
     .. math::
-        z_{\max} - z_v \ge rac{1}{lpha - 1} \;\Longrightarrow\; \mathrm{entmax}_lpha(z)_v = 0.
+        z_{\max} - z_v \ge \frac{1}{\alpha - 1} \;\Longrightarrow\; \mathrm{entmax}_\alpha(z)_v = 0.
 
     Proof. alpha-entmax is ``p_u = [(alpha - 1) z_u - tau]_+^{1/(alpha-1)}`` with tau chosen so
     that ``sum_u p_u = 1`` (Martins et al. (2020), eq. 3 and Prop. 1; Peters et al. (2019)).

@@ -811,7 +811,7 @@ def table2_rows(stored) -> list[dict]:
     distribution) and the NMST-entmax model under its own distribution. Columns: method, loss,
     decoder, sp, JS, eps-ppl (and its eps), REP, WREP (averages over the windows), plus ppl,
     accuracy and the fraction of reference words outside the support. ``stored``: the
-    :class:`StoredResult` list of :func:`load_sparse_results` (non-current ones are skipped)."""
+    :class:`~nmst_lib.experiments.results.StoredResult` list of :func:`load_sparse_results` (non-current ones are skipped)."""
     rows = []
     for rec in _records(stored):
         decs = rec["teacher_forced"]["decoders"]
