@@ -55,7 +55,7 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PUBLISHED_GLOB = "nmst_lib/published_results/wikitext2/*.json"
+PUBLISHED_GLOB = "nmst_lib/published_results/*/*.json"
 # Entries of the project's site-packages that Colab does not have: our own library.
 HIDDEN = ("nmst_lib", "nmst_lib-*", "nmst_lib.*", "__editable__*nmst_lib*", "__editable___nmst_lib*")
 MARK = "# [colab-sim] injected cell"
