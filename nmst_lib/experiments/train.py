@@ -196,19 +196,7 @@ def evaluate_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size: in
     excluded) of ``data`` (Choi, Cho, Lee (2023) Sec. 4, Table 1; as
     :func:`nmst_lib.metrics.perplexity` over the whole split). Runs in eval mode; restores the
     model's mode afterwards."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    device = model.device
-    try:
-        for indices in D.bucket_batches(data.lengths, batch_size, max_tokens=max_tokens):
-            with _autocast(device):
-                nll, n = model.token_nll(D.make_batch(data, indices))
-            total += float(nll.double())
-            count += int(n)
-    finally:
-        model.train(was_training)
-    return math.exp(total / count)
+    return math.exp(_mean_over_split(model, data, model.token_nll, batch_size, max_tokens))
 
 
 @torch.no_grad()
@@ -219,6 +207,13 @@ def evaluate_loss(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64
     the va/st/nmst heads, the mean entmax loss (Martins et al. (2020) eq. 5-6) for the entmax
     heads, whose perplexity can be infinite (Chapter 8, 08_sparse). Eval mode; restores the
     model's mode afterwards."""
+    return _mean_over_split(model, data, model.token_loss, batch_size, max_tokens)
+
+
+def _mean_over_split(model: RecurrentLM, data: D.SequenceData, summed, batch_size: int,
+                     max_tokens: int | None) -> float:
+    """sum / count of ``summed(batch) -> (sum, count)`` over the length-bucketed batches of
+    ``data``, in eval mode (the model's mode is restored afterwards)."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -226,8 +221,8 @@ def evaluate_loss(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64
     try:
         for indices in D.bucket_batches(data.lengths, batch_size, max_tokens=max_tokens):
             with _autocast(device):
-                loss, n = model.token_loss(D.make_batch(data, indices))
-            total += float(loss.double())
+                value, n = summed(D.make_batch(data, indices))
+            total += float(value.double())
             count += int(n)
     finally:
         model.train(was_training)
