@@ -286,6 +286,22 @@ def _read_result(config: ExperimentConfig, path: Path) -> StoredResult:
     return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
 
 
+def candidate_paths(path_of, config, results_dir=None) -> list[Path]:
+    """Where a stored result of ``config`` may be: ``path_of(config, results_dir)`` (the write
+    folder) and, without ``results_dir``, the same name among the results published with the
+    library (when that is another file). Shared by Chapter 6's and Chapter 8's stores."""
+    write_path = path_of(config, results_dir)
+    candidates = [write_path]
+    if results_dir is None:
+        try:
+            published = path_of(config, published_results_dir())
+        except RuntimeError:
+            published = None
+        if published is not None and published.resolve() != write_path.resolve():
+            candidates.append(published)
+    return candidates
+
+
 def load_result(config: ExperimentConfig, results_dir=None) -> StoredResult:
     """The stored result for ``config`` with its status and source (Chapter 6, 06_wikitext).
 
@@ -301,15 +317,8 @@ def load_result(config: ExperimentConfig, results_dir=None) -> StoredResult:
     unreadable file raises ``ValueError`` naming it.
     """
     config = validate_config(config)
-    write_path = result_path(config, results_dir)
-    candidates = [write_path]
-    if results_dir is None:
-        try:
-            published = result_path(config, published_results_dir())
-        except RuntimeError:
-            published = None
-        if published is not None and published.resolve() != write_path.resolve():
-            candidates.append(published)
+    candidates = candidate_paths(result_path, config, results_dir)
+    write_path = candidates[0]
     found = [_read_result(config, p) for p in candidates if p.is_file()]
     for stored in found:
         if stored.status == CURRENT:

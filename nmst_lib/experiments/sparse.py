@@ -79,11 +79,11 @@ from .results import (
     STALE,
     StoredResult,
     _source_of,
+    candidate_paths,
     code_version,
     command_line,
     default_results_dir,
     environment_info,
-    published_results_dir,
     utc_now,
     write_json_atomic,
 )
@@ -367,15 +367,8 @@ def load_sparse_result(config: SparseConfig, results_dir=None) -> StoredResult:
     :func:`nmst_lib.experiments.results.load_result` for Chapter 6: with ``results_dir`` only
     that folder; without it the write folder first, then the results published with the library
     (``nmst_lib/published_results/sparse``). Chapter 8 (08_sparse)."""
-    write_path = sparse_result_path(config, results_dir)
-    candidates = [write_path]
-    if results_dir is None:
-        try:
-            published = sparse_result_path(config, published_results_dir())
-        except RuntimeError:
-            published = None
-        if published is not None and published.resolve() != write_path.resolve():
-            candidates.append(published)
+    candidates = candidate_paths(sparse_result_path, config, results_dir)
+    write_path = candidates[0]
     found = [_read_sparse(config, p) for p in candidates if p.is_file()]
     for stored in found:
         if stored.status == CURRENT:
