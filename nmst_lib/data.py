@@ -28,7 +28,9 @@ Where the data comes from is always written down (:class:`DataDescription`):
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import socket
 import threading
 from collections import Counter
@@ -77,12 +79,20 @@ __all__ = [
     "load_gpt2_tokenizer",
     "TokenizerVocabulary",
     "make_bpe_sequences",
+    "RAW_HUB_CONFIGS",
+    "wikitext_detokenize",
+    "load_wikitext_raw",
+    "bpe_cache_dir",
+    "bpe_sequences_cached",
 ]
 
 CONTEXT_LEN = 10
 """k: the number of context tokens (Choi, Cho, Lee (2023), Sec. 4.1)."""
 EOS, PAD, UNK = "<eos>", "<pad>", "<unk>"
 HUB_DATASET, HUB_CONFIG = "Salesforce/wikitext", "wikitext-2-v1"
+RAW_HUB_CONFIGS = {"wikitext-2": "wikitext-2-raw-v1", "wikitext-103": "wikitext-103-raw-v1"}
+"""Hub configurations of the raw (not ``<unk>``-replaced) WikiText text that GPT-2 reads (Chapter 7, 07_gpt2)."""
+HUB_CONFIGS = ("wikitext-2-v1", "wikitext-2-raw-v1", "wikitext-103-v1", "wikitext-103-raw-v1")
 SUBSTITUTE_NAME = "wikitext2-valtest-article-resplit"
 """Name of the substitute used when the official training split is unavailable."""
 DATA_DIR_ENV = "NMST_DATA_DIR"
@@ -228,19 +238,22 @@ def _column_lines(dataset) -> list[str]:
     return [line.strip() for line in dataset["text"]]
 
 
-def load_wikitext2_from_hub(timeout: float = 2.0) -> dict[str, list[str]]:
-    """The official WikiText-2 (``Salesforce/wikitext``, ``wikitext-2-v1``) splits as stripped
-    lines, through ``datasets`` (Merity et al. 2016; the NMST paper's data, Choi, Cho, Lee (2023)
-    Sec. 4.1; Chapter 6, 06_wikitext).
+def load_wikitext2_from_hub(timeout: float = 2.0, config: str = HUB_CONFIG) -> dict[str, list[str]]:
+    """The official WikiText splits (``Salesforce/wikitext``, default config ``wikitext-2-v1``)
+    as stripped lines, through ``datasets`` (Merity et al. 2016; the NMST paper's data, Choi,
+    Cho, Lee (2023) Sec. 4.1; Chapter 6, 06_wikitext). ``config`` may name another
+    configuration of the same dataset, e.g. ``wikitext-103-raw-v1`` for Chapter 7 (07_gpt2).
 
     Fails fast with :class:`WikiTextUnavailable` when the hub is unreachable (and then sets
     ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` so later calls fail fast too).
     """
+    if config not in HUB_CONFIGS:
+        raise ValueError(f"config must be one of {HUB_CONFIGS} (configurations of {HUB_DATASET}), got {config!r}")
     if not hub_is_reachable(timeout):
         _go_offline()
         raise WikiTextUnavailable(
             f"the Hugging Face hub is not reachable (probe of huggingface.co:443 failed within {timeout:g} s, "
-            "or HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set), so the official WikiText-2 splits cannot be "
+            f"or HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set), so the official {config} splits cannot be "
             f"downloaded. Use a local copy instead: source='local' or 'auto' with ${DATA_DIR_ENV} (a folder "
             f"whose {WIKITEXT_SUBDIR}/ holds {_WIKITEXT_FOLDER_HOLDS}), ${WIKITEXT_DIR_ENV} or directory=...; "
             f"without a training file there the named substitute {SUBSTITUTE_NAME!r} is used."
@@ -248,9 +261,9 @@ def load_wikitext2_from_hub(timeout: float = 2.0) -> dict[str, list[str]]:
     import datasets
 
     try:
-        ds = datasets.load_dataset(HUB_DATASET, HUB_CONFIG)
+        ds = datasets.load_dataset(HUB_DATASET, config)
     except Exception as err:  # ConnectionError, hub errors: report them in our words
-        raise WikiTextUnavailable(f"loading {HUB_DATASET} ({HUB_CONFIG}) from the hub failed: {err}") from err
+        raise WikiTextUnavailable(f"loading {HUB_DATASET} ({config}) from the hub failed: {err}") from err
     return {"train": _column_lines(ds["train"]), "valid": _column_lines(ds["validation"]),
             "test": _column_lines(ds["test"])}
 
@@ -815,10 +828,27 @@ def load_gpt2_tokenizer(directory: str | os.PathLike | None = None):
     return tok
 
 
+def _gpt2_byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's byte -> printable-character table (Radford et al. 2019, ``encoder.py``):
+    byte-level BPE tokens are strings of these characters (``'Ġ'`` is the space byte)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+_BYTE_DECODER = _gpt2_byte_decoder()
+
+
 class TokenizerVocabulary:
     """The parts of :class:`Vocabulary` that batches and traces use, for a BPE tokenizer whose
     eos is its last id (GPT-2: ``<|endoftext|>`` = 50256). Padding reuses the eos id (padded
-    positions are never scored)."""
+    positions are never scored). Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7 (07_gpt2)."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -826,33 +856,307 @@ class TokenizerVocabulary:
         if self.eos_id != len(tokenizer) - 1:
             raise ValueError(f"eos ({self.eos_id}) must be the tokenizer's last id ({len(tokenizer) - 1})")
         self.pad_id = self.unk_id = self.eos_id
+        self._fingerprint: str | None = None
+        self._itos: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.tokenizer)
 
+    def __repr__(self) -> str:
+        return f"TokenizerVocabulary({len(self)} ids, eos_id={self.eos_id}, fingerprint={self.fingerprint[:12]})"
+
+    @property
+    def itos(self) -> list[str]:
+        """The token strings in id order (byte-level symbols, e.g. ``'Ġthe'``)."""
+        if self._itos is None:
+            self._itos = list(self.tokenizer.convert_ids_to_tokens(list(range(len(self)))))
+        return self._itos
+
     @property
     def fingerprint(self) -> str:
-        """Identifies the tokenizer (class, size, eos) for checkpoint/data checks."""
-        return hashlib.sha256(f"{type(self.tokenizer).__name__}:{len(self)}:{self.eos_id}".encode()).hexdigest()
+        """sha256 of the real vocabulary: every token string in id order (as
+        :attr:`Vocabulary.fingerprint`), so equal fingerprints mean interchangeable ids; two
+        tokenizers of the same size but different vocabularies differ. Chapter 7 (07_gpt2)."""
+        if self._fingerprint is None:
+            blob = json.dumps(self.itos, ensure_ascii=False)
+            self._fingerprint = hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return self._fingerprint
 
     def decode(self, ids) -> list[str]:
-        """Token strings of ``ids`` (negative ids skipped)."""
+        """Token strings of ``ids`` (negative ids skipped), as the tokenizer stores them
+        (``'Ġthe'``); :meth:`display` gives readable text."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
         return self.tokenizer.convert_ids_to_tokens([i for i in ids if i >= 0])
 
+    def display(self, ids) -> list[str]:
+        """Readable text of each token of ``ids`` (negative ids skipped): the token's bytes
+        decoded as UTF-8, so ``'Ġthe'`` shows as ``' the'`` and eos as ``'<|endoftext|>'``.
+        A token holding only part of a multi-byte character shows ``'\ufffd'`` for the missing
+        part. ``''.join(display(ids))`` is the decoded text when no character is split across
+        tokens. For pages, traces and tables of Chapter 7 (07_gpt2); HTML-escape before use."""
+        out = []
+        for token in self.decode(ids):
+            if token and all(ch in _BYTE_DECODER for ch in token):
+                out.append(bytes(_BYTE_DECODER[ch] for ch in token).decode("utf-8", errors="replace"))
+            else:  # special tokens such as <|endoftext|> are stored as plain text
+                out.append(token)
+        return out
+
+
+_BPE_CHUNK_LINES = 4096
+
 
 def make_bpe_sequences(lines: list[str], tokenizer, context_len: int = CONTEXT_LEN,
                        max_len: int = 1024) -> SequenceData:
-    """GPT-2 continuation-task sequences (Choi, Cho, Lee (2023) Sec. 4.2 and App. D; Chapter 6,
-    06_wikitext): each non-empty line tokenised, followed by eos; sequences of at most
-    ``context_len`` tokens (before eos) or longer than ``max_len`` (with eos) are dropped."""
+    """GPT-2 continuation-task sequences (Choi, Cho, Lee (2023) Sec. 4.2 and App. D; Chapter 7,
+    07_gpt2): each non-empty line tokenised (with a leading space, as inside running text),
+    followed by eos; sequences of at most ``context_len`` tokens (before eos) or longer than
+    ``max_len`` (with eos) are dropped. Lines are tokenised in chunks, so that WikiText-103
+    never holds all its ids as Python lists at once."""
     context_len = check_positive_int(context_len, "context_len")
+    max_len = check_positive_int(max_len, "max_len")
     vocab = TokenizerVocabulary(tokenizer)
     texts = [(n, line.strip()) for n, line in enumerate(lines) if line.strip()]
-    encoded = tokenizer([" " + t for _, t in texts])["input_ids"] if texts else []
-    kept = [(n, ids) for (n, _), ids in zip(texts, encoded) if context_len < len(ids) and len(ids) + 1 <= max_len]
-    flat = [i for _, ids in kept for i in ids + [vocab.eos_id]]
-    lengths = torch.tensor([len(ids) + 1 for _, ids in kept], dtype=torch.long)
-    return SequenceData(torch.tensor(flat, dtype=torch.long), lengths, context_len, vocab,
-                        torch.tensor([n for n, _ in kept], dtype=torch.long))
+    flat: list[torch.Tensor] = []
+    lengths: list[int] = []
+    numbers: list[int] = []
+    for start in range(0, len(texts), _BPE_CHUNK_LINES):
+        chunk = texts[start:start + _BPE_CHUNK_LINES]
+        encoded = tokenizer([" " + t for _, t in chunk])["input_ids"]
+        kept = [(n, ids) for (n, _), ids in zip(chunk, encoded) if context_len < len(ids) and len(ids) + 1 <= max_len]
+        if kept:
+            flat.append(torch.tensor([i for _, ids in kept for i in ids + [vocab.eos_id]], dtype=torch.long))
+            lengths += [len(ids) + 1 for _, ids in kept]
+            numbers += [n for n, _ in kept]
+    tokens = torch.cat(flat) if flat else torch.zeros(0, dtype=torch.long)
+    return SequenceData(tokens, torch.tensor(lengths, dtype=torch.long), context_len, vocab,
+                        torch.tensor(numbers, dtype=torch.long))
+
+
+# --------------------------------------------------------------------------------------------
+# Raw WikiText for GPT-2 (Chapter 7), and a disk cache of its BPE sequences
+# --------------------------------------------------------------------------------------------
+
+_DETOK_JOINERS = {"@-@": "-", "@,@": ",", "@.@": "."}
+_DETOK_CLOSE = {".", ",", ";", ":", "!", "?", ")", "]", "}", "%", "'s", "'re", "'ve", "'ll", "'d", "'m", "n't", "'t"}
+_DETOK_OPEN = {"(", "[", "{", "$"}
+_HEADING = re.compile(r"^((?:= )*=) (.*?) ((?:= )*=)$")
+
+
+def wikitext_detokenize(line: str) -> str:
+    """Undo WikiText's tokenisation of one line into readable running text (Chapter 7, 07_gpt2):
+    ``" @-@ "`` -> ``"-"``, ``" @,@ "`` -> ``","``, ``" @.@ "`` -> ``"."``; no space before
+    closing punctuation (``. , ; : ! ? ) ] } %``) and clitics (``'s``, ``n't``, ...), none after
+    opening brackets and ``$``; double quotes paired within the line (``" lobster red "`` ->
+    ``"lobster red"``); a lone ``'`` after a word ending in s closes a plural possessive;
+    headings ``= = Section = =`` -> ``== Section ==`` (article titles ``= Title =`` stay, so
+    :func:`is_article_heading` still finds them). ``<unk>`` is kept as text. Leading and trailing
+    spaces are stripped. GPT-2 was pretrained on ordinary text, and the continuations shown in
+    Chapter 7 must read like text; WikiText-103's raw release keeps the tokenised spacing, the
+    NMST paper (Choi, Cho, Lee (2023) Sec. 4.2) does not say whether it was undone.
+    """
+    if not isinstance(line, str):
+        raise TypeError(f"line must be a str, got {type(line).__name__}")
+    s = line.strip()
+    if not s:
+        return ""
+    heading = _HEADING.match(s)
+    if heading and heading.group(1).count("=") == heading.group(3).count("="):
+        bars = "=" * heading.group(1).count("=")
+        return f"{bars} {wikitext_detokenize(heading.group(2))} {bars}"
+    out: list[str] = []
+    glue_next = False  # no space before the next token
+    open_quote = False
+    for tok in s.split():
+        if tok in _DETOK_JOINERS:
+            out.append(_DETOK_JOINERS[tok])
+            glue_next = True
+            continue
+        glue = glue_next or not out
+        glue_next = False
+        if tok in _DETOK_CLOSE:
+            glue = True
+        elif tok in _DETOK_OPEN:
+            glue_next = True
+        elif tok == '"':
+            if open_quote:
+                glue = True
+            else:
+                glue_next = True
+            open_quote = not open_quote
+        elif tok == "'" and out and out[-1].endswith("s"):
+            glue = True
+        out.append(tok if glue else " " + tok)
+    return "".join(out)
+
+
+def _detokenized_corpus(corpus: Corpus) -> Corpus:
+    splits = {s: [wikitext_detokenize(line) for line in corpus.split(s)] for s in SPLITS}
+    return Corpus(splits["train"], splits["valid"], splits["test"], corpus.description)
+
+
+def load_wikitext_raw(dataset: str = "wikitext-2", data_source: str = "auto", directory=None,
+                      substitute_seed: int = 0, *, hub_timeout: float = 2.0) -> Corpus:
+    """Raw WikiText text for GPT-2 fine-tuning (Choi, Cho, Lee (2023) Sec. 4.2 and App. D;
+    Welleck et al. (2020) Sec. 5.3; Chapter 7, 07_gpt2), every line passed through
+    :func:`wikitext_detokenize`, with a :class:`DataDescription` that says plainly what it is.
+
+    ``dataset``: ``"wikitext-2"`` or ``"wikitext-103"`` (the papers' GPT-2 data).
+    ``data_source``:
+
+    * ``"hub"``: ``Salesforce/wikitext``, configuration ``wikitext-103-raw-v1`` or
+      ``wikitext-2-raw-v1`` (:data:`RAW_HUB_CONFIGS`), through ``datasets``; fails fast with
+      :class:`WikiTextUnavailable` when the hub is unreachable (as :func:`load_wikitext2`).
+    * ``"local"``: the local tokenised WikiText-2 folder (see :func:`wikitext_dir`): its own
+      splits when it has a training file, else the named substitute :data:`SUBSTITUTE_NAME`
+      (validation + test articles re-split by article with ``substitute_seed``, exactly as
+      ``load_wikitext2("substitute")``); ``<unk>`` stays in the text.
+    * ``"substitute"``: always that substitute.
+    * ``"auto"``: for ``"wikitext-2"``, ``"local"`` when a local folder is configured, else the
+      hub (as :func:`load_wikitext2`); for ``"wikitext-103"``, the hub when it is reachable,
+      else ``"local"`` (never silently: the description then says it is not WikiText-103).
+    """
+    if dataset not in RAW_HUB_CONFIGS:
+        raise ValueError(f"dataset must be one of {tuple(RAW_HUB_CONFIGS)}, got {dataset!r}")
+    allowed = ("auto", "hub", "local", "substitute")
+    if data_source not in allowed:
+        raise ValueError(f"data_source must be one of {allowed}, got {data_source!r}")
+    config = RAW_HUB_CONFIGS[dataset]
+    name = "WikiText-103" if dataset == "wikitext-103" else "WikiText-2"
+    local_dir = wikitext_dir(directory)
+    why = f"data_source={data_source!r} was asked for"
+    if data_source == "auto":
+        if dataset == "wikitext-103":
+            data_source = "hub" if hub_is_reachable(hub_timeout) else "local"
+            why = "the Hugging Face hub was not reachable"
+        else:
+            data_source = "local" if local_dir is not None else "hub"
+            why = "a local WikiText-2 folder is configured (data_source='auto' prefers it for wikitext-2)"
+        if data_source == "local" and local_dir is None:
+            _go_offline()
+            raise WikiTextUnavailable(_no_local_data_message(
+                f"{name} (raw) needs the Hugging Face hub, which is not reachable (probe of huggingface.co:443 "
+                f"failed within {hub_timeout:g} s, or HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set)"))
+    if data_source == "hub":
+        raw = load_wikitext2_from_hub(hub_timeout, config)
+        splits = {s: [wikitext_detokenize(line) for line in raw[s]] for s in SPLITS}
+        names = {s: f"{name} {s} (official, {config}, detokenised)" for s in SPLITS}
+        desc = _describe(f"Hugging Face hub: {HUB_DATASET} ({config}), each line detokenised", HUB_DATASET,
+                         splits, names)
+        desc.extra.update({"dataset": dataset, "hub_config": config, "detokenized": True})
+        return Corpus(splits["train"], splits["valid"], splits["test"], desc)
+    corpus = load_wikitext2("substitute" if data_source == "substitute" else "local", directory,
+                            substitute_seed=substitute_seed)
+    corpus = _detokenized_corpus(corpus)
+    old = corpus.description
+    stats = {s: _split_stats(corpus.split(s)) for s in SPLITS}
+    not_103 = " This is NOT WikiText-103." if dataset == "wikitext-103" else ""
+    what = ("the local tokenised WikiText-2 (v1: rare words replaced by <unk>, kept as text)"
+            + (" re-split by article" if old.substitute else ""))
+    sentence = (
+        f"Asked for {name} (raw) for GPT-2; the Hugging Face hub was not used ({why}). Used instead: {what}, each line "
+        f"detokenised (wikitext_detokenize) and tokenised with GPT-2's BPE.{not_103} "
+        + (old.substitute or "The splits are WikiText-2's own (local files).")
+    )
+    desc = DataDescription(
+        source=old.source + ", detokenised", location=old.location,
+        splits={s: f"{v}, detokenised" for s, v in old.splits.items()},
+        num_lines={s: v[0] for s, v in stats.items()}, num_tokens={s: v[1] for s, v in stats.items()},
+        num_articles={s: v[2] for s, v in stats.items()},
+        substitute=sentence, substitute_seed=old.substitute_seed,
+        extra={"dataset": dataset, "asked_for": f"{name} raw ({config})", "detokenized": True,
+               "unk_in_text": True, "is_wikitext103": False},
+    )
+    return Corpus(corpus.train, corpus.valid, corpus.test, desc)
+
+
+BPE_CACHE_FORMAT = 1
+
+
+def bpe_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where :func:`bpe_sequences_cached` keeps its files: ``cache_dir`` if given, else
+    ``<repo>/data/cache/bpe`` (git-ignored) in a source checkout, else
+    ``<user cache>/bpe`` (``~/.cache/nmst_lib/bpe``). Chapter 7 (07_gpt2)."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    from .experiments.results import is_source_checkout, user_cache_dir
+
+    return repo_root() / "data" / "cache" / "bpe" if is_source_checkout() else user_cache_dir() / "bpe"
+
+
+def _tokenizer_digest(tokenizer) -> str:
+    """sha256 of everything that decides the ids: the whole serialised tokenizer (vocabulary,
+    merges, pre-tokeniser, special tokens) when it has a ``tokenizers`` backend, else the vocabulary
+    in id order and the class name."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "to_str"):
+        blob = backend.to_str()
+    else:
+        blob = json.dumps([type(tokenizer).__name__, sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])],
+                          ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _lines_digest(lines) -> str:
+    h = hashlib.sha256()
+    for line in lines:
+        b = line.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def bpe_sequences_cached(lines: list[str], tokenizer, context_len: int = CONTEXT_LEN, max_len: int = 1024,
+                         cache_dir: str | os.PathLike | None = None) -> SequenceData:
+    """:func:`make_bpe_sequences`, cached on disk (Chapter 7, 07_gpt2; the issue's "a second run
+    does not re-tokenise").
+
+    The cache file ``<cache dir>/<key>.safetensors`` (see :func:`bpe_cache_dir`) is named by a
+    sha256 over the tokenizer (vocabulary + merges + settings), the text (every line), ``context_len``,
+    ``max_len`` and the cache format, so different text or a different tokenizer can never reuse
+    it. It is written atomically (temporary file + ``os.replace``); a file that cannot be read or
+    whose stored key differs is rebuilt. The second call with the same inputs reads the ids
+    from disk and does not tokenise.
+    """
+    context_len = check_positive_int(context_len, "context_len")
+    max_len = check_positive_int(max_len, "max_len")
+    if isinstance(lines, str) or not hasattr(lines, "__iter__"):
+        raise TypeError(f"lines must be a list of strings, got {type(lines).__name__}")
+    lines = list(lines)
+    if not all(isinstance(line, str) for line in lines):
+        raise TypeError("lines must be a list of strings")
+    from safetensors import SafetensorError
+    from safetensors.torch import load as st_load
+    from safetensors.torch import save as st_save
+
+    from .experiments.results import atomic_write_bytes
+
+    key = hashlib.sha256(json.dumps({
+        "format": BPE_CACHE_FORMAT, "tokenizer": _tokenizer_digest(tokenizer), "text": _lines_digest(lines),
+        "context_len": context_len, "max_len": max_len}, sort_keys=True).encode()).hexdigest()
+    path = bpe_cache_dir(cache_dir) / f"{key}.safetensors"
+    vocab = TokenizerVocabulary(tokenizer)
+    if path.is_file():
+        try:
+            raw = path.read_bytes()
+            header_len = int.from_bytes(raw[:8], "little")
+            meta = json.loads(raw[8:8 + header_len]).get("__metadata__") or {}
+            if meta.get("key") == key:
+                stored = st_load(raw)
+                return SequenceData(stored["tokens"].long(), stored["lengths"].long(), context_len, vocab,
+                                    stored["line_numbers"].long())
+        except (SafetensorError, OSError, KeyError, ValueError, RuntimeError, AttributeError):
+            pass  # unreadable or foreign: rebuilt below
+    data = make_bpe_sequences(lines, tokenizer, context_len, max_len)
+    ids_dtype = torch.int32 if len(vocab) < 2**31 else torch.long
+    payload = st_save({"tokens": data.tokens.to(ids_dtype), "lengths": data.lengths,
+                       "line_numbers": data.line_numbers},
+                      metadata={"key": key, "format": str(BPE_CACHE_FORMAT), "context_len": str(context_len),
+                                "max_len": str(max_len), "num_sequences": str(len(data)),
+                                "vocab_fingerprint": vocab.fingerprint})
+    try:
+        atomic_write_bytes(path, payload)
+    except OSError:  # a read-only cache is not an error: the sequences are still right
+        pass
+    return data
