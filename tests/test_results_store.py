@@ -122,6 +122,21 @@ def test_save_result_writes_to_the_default_write_dir(write_dir):
     assert (found.status, found.source, found.path) == (CURRENT, R.LOCAL, path)
 
 
+def test_gpt2_results_have_their_own_folder_and_rnn_results_stay_in_wikitext2(write_dir):
+    """Chapter 7 (07_gpt2): arch gpt2 is written to and read from ``gpt2/``; every other arch
+    (Chapter 6's RNN/LSTM results, the committed ones included) stays in ``wikitext2/``."""
+    import dataclasses
+
+    lstm = make_config("quick", "lstm", "nmst", 1e-2)
+    gpt = dataclasses.replace(lstm, arch="gpt2")  # the folder depends on the arch only
+    assert R.result_folder(gpt) == R.GPT2_FOLDER == "gpt2" and R.result_folder(lstm) == R.RNN_FOLDER == "wikitext2"
+    assert R.result_path(gpt) == write_dir / "gpt2" / f"{gpt.key}.json"
+    assert R.result_path(lstm) == write_dir / "wikitext2" / f"{lstm.key}.json"
+    assert R.result_path(gpt, write_dir / "x") == write_dir / "x" / "gpt2" / f"{gpt.key}.json"
+    with pytest.raises(TypeError, match="ExperimentConfig"):
+        R.result_folder({"arch": "gpt2"})
+
+
 @pytest.mark.parametrize("bad", [5, b"dir", "", 1.5])
 def test_bad_results_dir_is_a_type_error(bad):
     with pytest.raises(TypeError, match="results_dir must be a folder path"):

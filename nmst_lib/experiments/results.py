@@ -5,7 +5,8 @@ and honesty").
 Where results live:
 
 * **Published results** (:func:`published_results_dir`): the committed results the website
-  shows (the ``cpu`` profile) are *package data*, ``nmst_lib/published_results/wikitext2/``,
+  shows (the ``cpu`` profile) are *package data*, ``nmst_lib/published_results/wikitext2/``
+  (Chapter 6's RNNs/LSTMs), ``.../gpt2/`` (Chapter 7, 07_gpt2) and ``.../sparse/`` (Chapter 8),
   read with ``importlib.resources``. They travel inside the wheel, so a ``pip install``
   or a Colab notebook that installs the library from git has them without the repository.
 * **New runs** are written to :func:`default_results_dir`: ``$NMST_RESULTS_DIR`` if set;
@@ -54,6 +55,9 @@ __all__ = [
     "is_source_checkout",
     "user_cache_dir",
     "default_results_dir",
+    "RNN_FOLDER",
+    "GPT2_FOLDER",
+    "result_folder",
     "result_path",
     "atomic_write_bytes",
     "write_json_atomic",
@@ -77,7 +81,8 @@ _PUBLISHED_FOLDER = "published_results"
 def published_results_dir() -> Path:
     """The results committed with the library: ``nmst_lib/published_results`` as package data
     (``importlib.resources``), shipped in the wheel. Holds ``wikitext2/<key>.json`` for the
-    ``cpu`` profile that Chapter 6 (06_wikitext) and the website show. Read-only in an
+    ``cpu`` profile that Chapter 6 (06_wikitext) and the website show, ``gpt2/<key>.json`` for
+    Chapter 7 (07_gpt2) and ``sparse/<key>.json`` for Chapter 8 (08_sparse). Read-only in an
     installed package; a source checkout writes its regenerated results here."""
     root = importlib.resources.files("nmst_lib").joinpath(_PUBLISHED_FOLDER)
     if not isinstance(root, Path):  # e.g. imported from a zip archive: no folder to point at
@@ -125,12 +130,29 @@ def _check_dir(results_dir) -> Path | None:
     return Path(results_dir)
 
 
+RNN_FOLDER = "wikitext2"
+"""Sub-folder of a results directory for the RNN/LSTM results of Chapter 6 (06_wikitext)."""
+GPT2_FOLDER = "gpt2"
+"""Sub-folder of a results directory for the GPT-2 results of Chapter 7 (07_gpt2)."""
+
+
+def result_folder(config: ExperimentConfig) -> str:
+    """The sub-folder of a results directory that holds ``config``'s result: :data:`GPT2_FOLDER`
+    (``gpt2``) for arch ``"gpt2"`` (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2), else
+    :data:`RNN_FOLDER` (``wikitext2``, Chapter 6's RNN/LSTM results, where they have always been)."""
+    if not isinstance(config, ExperimentConfig):
+        raise TypeError(f"expected an ExperimentConfig, got {type(config).__name__}")
+    return GPT2_FOLDER if config.arch == "gpt2" else RNN_FOLDER
+
+
 def result_path(config: ExperimentConfig, results_dir: str | os.PathLike | None = None) -> Path:
-    """Where the result of ``config`` is written: ``<results_dir>/wikitext2/<key>.json``, with
-    ``results_dir`` defaulting to :func:`default_results_dir`."""
+    """Where the result of ``config`` is written: ``<results_dir>/<folder>/<key>.json``, with
+    ``<folder>`` = ``wikitext2`` for the RNN/LSTM runs of Chapter 6 (06_wikitext) and ``gpt2``
+    for the GPT-2 runs of Chapter 7 (07_gpt2) (:func:`result_folder`), and ``results_dir``
+    defaulting to :func:`default_results_dir`."""
     base = _check_dir(results_dir)
     base = base if base is not None else default_results_dir()
-    return base / "wikitext2" / f"{config.key}.json"
+    return base / result_folder(config) / f"{config.key}.json"
 
 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
@@ -305,7 +327,8 @@ def candidate_paths(path_of, config, results_dir=None) -> list[Path]:
 def load_result(config: ExperimentConfig, results_dir=None) -> StoredResult:
     """The stored result for ``config`` with its status and source (Chapter 6, 06_wikitext).
 
-    With ``results_dir``, only ``<results_dir>/wikitext2/<key>.json`` is read. Without it, the
+    With ``results_dir``, only :func:`result_path` (``<results_dir>/wikitext2/<key>.json``, or
+    ``<results_dir>/gpt2/<key>.json`` for GPT-2, Chapter 7) is read. Without it, the
     write directory (:func:`default_results_dir`) is read first, then the published results
     shipped with the library (:func:`published_results_dir`): the first CURRENT file wins, so
     a new run overrides the published one, and a STALE file left in the write directory by

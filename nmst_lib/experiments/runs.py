@@ -83,6 +83,23 @@ def sparse_histogram(counts) -> dict:
     return {"values": nz.tolist(), "counts": counts[nz].tolist()}
 
 
+def _display_tokens(vocab, ids) -> list[str]:
+    """Readable per-token strings of ``ids``: ``vocab.display(ids)`` when the vocabulary has it
+    (GPT-2's BPE, :class:`nmst_lib.data.TokenizerVocabulary`: bytes decoded, e.g. ``" the"``
+    instead of ``"Ġthe"``; Chapter 7, 07_gpt2), else ``vocab.decode(ids)`` (the words of a
+    word-level vocabulary, Chapter 6, unchanged)."""
+    display = getattr(vocab, "display", None)
+    return list(display(ids)) if callable(display) else list(vocab.decode(ids))
+
+
+def _display_text(vocab, ids) -> str:
+    """``ids`` as one readable string: BPE pieces concatenated (they carry their own spaces;
+    Chapter 7, 07_gpt2), words joined by single spaces for a word-level vocabulary (Chapter 6)."""
+    if callable(getattr(vocab, "display", None)):
+        return "".join(vocab.display(ids))
+    return " ".join(vocab.decode(ids))
+
+
 def _peak_memory_start(device: torch.device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -121,7 +138,9 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
     ``seed``. Returns JSON-ready numbers plus wall time, peak memory, every context's length
     and termination (``lengths``, ``terminated``, in the order of ``contexts``) and the
     continuations of the first ``num_examples`` contexts (``examples``, when ``vocab`` is
-    given; the same contexts for every model, so a page can set models side by side).
+    given; the same contexts for every model, so a page can set models side by side). Example
+    text is readable: words joined by spaces (word-level vocabularies, Chapter 6), GPT-2's BPE
+    pieces decoded and concatenated through ``vocab.display`` (Chapter 7, 07_gpt2).
 
     ``rnt`` is :func:`nmst_lib.metrics.rnt_curve`: for beam search (Welleck et al. 2020,
     Def. A.2) a context counts as terminated within L when some hypothesis finished by step L,
@@ -156,8 +175,8 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
         if vocab is not None and len(examples) < num_examples:
             for i in range(min(num_examples - len(examples), chunk.shape[0])):
                 n = int(g.lengths[i])
-                examples.append({"index": len(examples), "context": " ".join(vocab.decode(chunk[i])),
-                                 "continuation": " ".join(vocab.decode(g.tokens[i, :min(n, example_tokens)])),
+                examples.append({"index": len(examples), "context": _display_text(vocab, chunk[i]),
+                                 "continuation": _display_text(vocab, g.tokens[i, :min(n, example_tokens)]),
                                  "length": n, "terminated": bool(g.terminated[i])})
     wall = time.perf_counter() - start
     n = contexts.shape[0]
@@ -197,6 +216,12 @@ def eos_probability_traces(model, data: D.SequenceData, num_lines: int, min_len:
     ``max_len`` tokens, evenly spaced through the split. Each trace lists the context words,
     the continuation words (the t-th is the token that step t should predict; the last is
     ``<eos>``) and p(eos) per step.
+
+    For a BPE vocabulary with ``display`` (GPT-2, Chapter 7, 07_gpt2) the ``context`` and
+    ``continuation`` lists hold readable token strings (``vocab.display``: ``" the"``, not
+    ``"Ġthe"``; one per token, so the t-th still labels step t on an explorer's x-axis), and
+    each trace also stores ``context_text`` and ``continuation_text``, the line as readable
+    text. Word-level traces (Chapter 6) are unchanged.
     """
     if num_lines == 0:
         return []
@@ -217,13 +242,17 @@ def eos_probability_traces(model, data: D.SequenceData, num_lines: int, min_len:
     for row, i in enumerate(picks.tolist()):
         seq = data.sequence(i)
         n = int(data.lengths[i]) - k
-        traces.append({
+        trace = {
             "sequence_index": i,
             "line_number": int(data.line_numbers[i]),
-            "context": data.vocab.decode(seq[:k]),
-            "continuation": data.vocab.decode(seq[k:]),
+            "context": _display_tokens(data.vocab, seq[:k]),
+            "continuation": _display_tokens(data.vocab, seq[k:]),
             "p_eos": p_eos[row, k - 1:k - 1 + n].tolist(),
-        })
+        }
+        if callable(getattr(data.vocab, "display", None)):  # BPE (GPT-2): the line as readable text too
+            trace["context_text"] = "".join(trace["context"])
+            trace["continuation_text"] = "".join(trace["continuation"])
+        traces.append(trace)
     return traces
 
 
