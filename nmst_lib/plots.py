@@ -13,6 +13,9 @@ Two kinds of figures live here.
   :mod:`nmst_lib.heads`, so the figure shows exactly what the library computes.
 * **r_nt(L) curves** (Chapter 2, ``02_consistency``, and Chapter 6, ``06_wikitext``):
   the non-termination ratio of Choi, Cho, Lee (2023), eq. 11, on log-log axes.
+* **GPT-2's stored results** (Chapter 7, ``07_gpt2``): p(eos | t) along validation lines
+  with the tokens on the x axis (Choi, Cho, Lee 2023, Figs. 3 and 6), the eps trade-off of
+  perplexity and r_nt (their Fig. 5) and length histograms (Welleck et al. 2020, Fig. 4).
 
 Every interactive figure has two front-ends built on ONE drawing function: an
 ``ipywidgets`` version for a live kernel (Colab, Jupyter) and a self-contained HTML version
@@ -68,6 +71,11 @@ __all__ = [
     "support_size_plot",
     "plot_entmax_ranks",
     "entmax_alpha_explorer_html",
+    "SENTENCE_END_CHARS",
+    "eos_token_plot",
+    "eos_token_explorer_html",
+    "eps_tradeoff_plot",
+    "length_histogram_plot",
 ]
 
 class Palette(tuple):
@@ -1265,3 +1273,415 @@ def entmax_alpha_explorer_html(
         alt="probability against rank (log-log) of the softmax and of alpha-entmax of one next-token score vector; "
         "the entmax curve stops at its support size, and the eos token is marked",
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Self-terminating GPT-2 (Chapter 7)
+# ---------------------------------------------------------------------------------------
+
+#: Tokens after which a line can plausibly end (Choi, Cho, Lee 2023, Figs. 3 and 6 mark them in
+#: red): a token whose text, stripped of spaces, ends with one of these characters.
+SENTENCE_END_CHARS = (".", "!", "?")
+
+_GPT2_HEADS = ("va", "st", "nmst")
+
+
+def _token_label(token: str) -> str:
+    """A readable tick label for one decoded token: surrounding spaces dropped, a token that is
+    only white space shown as ``␣``, a newline as ``\\n``."""
+    text = str(token).replace("\n", "\\n")
+    stripped = text.strip()
+    return stripped if stripped else "␣"
+
+
+def _is_sentence_end(token: str) -> bool:
+    return str(token).strip().endswith(SENTENCE_END_CHARS)
+
+
+def _eps_text(eps: float) -> str:
+    """5e-4 -> '5e-4', 2.5e-3 -> '2.5e-3', 1e-2 -> '1e-2' (the book writes eps in this form)."""
+    mantissa, exponent = f"{float(eps):.3e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def _check_model_key(key) -> tuple[str, float | None]:
+    """``("va", None)``, ``("st", 5e-4)`` or ``("nmst", 5e-4)`` (head names in any case)."""
+    if not isinstance(key, tuple) or len(key) != 2:
+        raise TypeError(f"a model key must be a pair (head, eps) such as ('nmst', 5e-4) or ('va', None), got {key!r}")
+    head, eps = key
+    head = str(head).lower()
+    if head not in _GPT2_HEADS:
+        raise ValueError(f"a model key's head must be one of {_GPT2_HEADS}, got {key[0]!r}")
+    if head == "va":
+        if eps is not None:
+            raise ValueError(f"the VA model has no eps: write ('va', None), got {key!r}")
+        return head, None
+    return head, check_eps(eps)
+
+
+def _check_eos_lines(lines) -> list[dict]:
+    """Validate the ``lines`` of :func:`eos_token_explorer_html` and return normalised copies."""
+    if isinstance(lines, (str, bytes, Mapping)) or not isinstance(lines, Sequence) or len(lines) == 0:
+        raise TypeError("lines must be a non-empty sequence of mappings with 'context', 'tokens' and 'p_eos'")
+    out = []
+    for i, line in enumerate(lines):
+        if not isinstance(line, Mapping):
+            raise TypeError(f"line {i} must be a mapping with 'context', 'tokens' and 'p_eos', got {type(line).__name__}")
+        if "models" in line and "p_eos" not in line:  # the form of nmst_lib.experiments.gpt2.gpt2_eos_traces
+            models = line["models"]
+            if isinstance(models, (str, bytes, Mapping)) or not isinstance(models, Sequence):
+                raise TypeError(f"line {i}: 'models' must be a list of {{'head', 'eps', 'p_eos'}} mappings")
+            line = {"context": line.get("context_text", " ".join(map(str, line.get("context", [])))),
+                    "tokens": line.get("tokens", []), "label": line.get("label"),
+                    "p_eos": {(m["head"], m["eps"]): m["p_eos"] for m in models}}
+        missing = [k for k in ("context", "tokens", "p_eos") if k not in line]
+        if missing:
+            raise ValueError(f"line {i} lacks {missing}; each line needs 'context' (text), 'tokens' (the continuation's "
+                             "readable tokens) and 'p_eos' ({(head, eps): probabilities})")
+        tokens = [str(t) for t in line["tokens"]]
+        if not tokens:
+            raise ValueError(f"line {i} has no tokens")
+        p_eos = line["p_eos"]
+        if not isinstance(p_eos, Mapping) or not p_eos:
+            raise TypeError(f"line {i}: 'p_eos' must be a non-empty mapping {{(head, eps): probabilities}}")
+        probs = {}
+        for key, p in p_eos.items():
+            key = _check_model_key(key)
+            p = np.asarray(p.cpu() if isinstance(p, torch.Tensor) else p, dtype=np.float64)
+            if p.shape != (len(tokens),):
+                raise ValueError(f"line {i}, model {key}: {p.size} probabilities for {len(tokens)} tokens")
+            if not np.all((p > 0) & (p <= 1)):
+                raise ValueError(f"line {i}, model {key}: p(eos) must lie in (0, 1] at every step (a log axis)")
+            probs[key] = p
+        label = str(line.get("label") or line["context"])
+        out.append({"context": str(line["context"]), "tokens": tokens, "p_eos": probs, "label": label})
+    return out
+
+
+def eos_token_plot(
+    tokens: Sequence[str],
+    p_eos: Mapping[tuple, Sequence[float]],
+    *,
+    eps: float | None = None,
+    max_tokens: int | None = None,
+    ylim: tuple[float, float] | None = None,
+    title: str | None = None,
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """p(eos | y_<t, x) of GPT-2 models along one validation line, with its tokens on the x axis
+    (Choi, Cho, Lee 2023, Figs. 3 and 6).
+
+    Step t is on the x axis and its tick is the token y_t being predicted (the book's step
+    convention, :data:`STEP_AXIS_LABEL`): the point at step t is the probability of stopping
+    *instead of* emitting y_t. Ticks of tokens after which the line could end
+    (:data:`SENTENCE_END_CHARS`) are red, as in the paper, and the step right after each of
+    them, where the model may stop, is shaded: NMST's curve can rise there and fall again, ST's
+    can only rise (Chapter 4, monotone ST; Chapter 5, NMST).
+
+    Args:
+        tokens: the continuation's readable tokens y_1, y_2, ... (e.g. GPT-2 BPE decoded to text).
+        p_eos: ``{(head, eps): probabilities}``, one per token; head ``"va"`` (eps ``None``),
+            ``"st"`` or ``"nmst"``; drawn in :data:`HEAD_STYLES`.
+        eps: when given, also draw the lower bound f_lb(t) = 1 - (1 - eps)^t of ST and NMST.
+        max_tokens: draw only the first ``max_tokens`` steps (the title says so).
+        ylim: fixed y limits (the explorer keeps one line's frames comparable).
+
+    Chapter 7 (``07_gpt2``).
+    """
+    line = _check_eos_lines([{"context": "", "tokens": tokens, "p_eos": p_eos}])[0]
+    tokens, probs = line["tokens"], line["p_eos"]
+    n = len(tokens) if max_tokens is None else min(len(tokens), check_positive_int(max_tokens, "max_tokens"))
+    if eps is not None:
+        eps = check_eps(eps)
+    if ax is None:
+        width = max(8.6, min(11.0, 3.2 + 0.13 * n))
+        fig, ax = plt.subplots(figsize=(width, 3.7))
+        fig.subplots_adjust(left=0.8 / width, right=1 - 1.75 / width, bottom=0.34, top=0.88)
+    else:
+        fig = ax.figure
+    steps = np.arange(1, n + 1)
+    order = sorted(probs, key=lambda k: (_GPT2_HEADS.index(k[0]), k[1] or 0.0))
+    for key in order:
+        head, e = key
+        style = dict(HEAD_STYLES[head.upper()])
+        label = "VA" if head == "va" else f"{head.upper()} ε={_eps_text(e)}"
+        ax.plot(steps, probs[key][:n], marker=".", markersize=4, label=label, **style)
+    if eps is not None:
+        ax.plot(steps, eos_lower_bound(torch.as_tensor(steps, dtype=torch.float64), eps).numpy(), color="0.55", linewidth=0.9,
+                linestyle="-.", label=f"f_lb(t), ε={_eps_text(eps)}")
+    for t in range(1, n):
+        if _is_sentence_end(tokens[t - 1]):
+            ax.axvspan(t + 0.5, t + 1.5, color=COLORS["vermillion"], alpha=0.08, linewidth=0)
+    ax.set_yscale("log")
+    ax.set_xlim(0.3, n + 0.7)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_xticks(steps)
+    ax.set_xticklabels([_token_label(t) for t in tokens[:n]], rotation=90, fontsize=7)
+    for tick, token in zip(ax.get_xticklabels(), tokens[:n]):
+        if _is_sentence_end(token):
+            tick.set_color(COLORS["vermillion"])
+    ax.grid(axis="x", visible=False)
+    ax.set_xlabel(STEP_AXIS_LABEL)
+    ax.set_ylabel(r"$p(\langle eos\rangle \mid y_{<t}, x)$")
+    shown = title or ""
+    if n < len(tokens):
+        shown = (shown + " " if shown else "") + f"(first {n} of {len(tokens)} tokens)"
+    if shown:
+        ax.set_title(shown, fontsize=9)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+    return fig
+
+
+def eos_token_explorer_html(
+    lines: Sequence[Mapping],
+    *,
+    max_tokens: int = 60,
+    label_words: int = 8,
+    initial_head: str = "nmst",
+    initial_eps: float | None = None,
+    dpi: int = 80,
+):
+    """The p(eos | t) explorer of Chapter 7 (``07_gpt2``) for the static website: choose the
+    validation line, the output layer and eps (Choi, Cho, Lee 2023, Figs. 3 and 6).
+
+    Every frame is drawn by :func:`eos_token_plot`: the VA model of the line (if stored) as the
+    reference, the chosen layer (ST, NMST, or both) at the chosen eps, and the lower bound
+    f_lb(t) = 1 - (1 - eps)^t, with the line's tokens on the x axis and sentence ends in red.
+    All frames of one line share their y limits. Frames are pre-rendered PNGs switched by
+    JavaScript (:func:`explorer_html`), so the controls work without a kernel.
+
+    Args:
+        lines: one mapping per validation line with ``"context"`` (readable text),
+            ``"tokens"`` (the continuation's readable tokens, eos last) and ``"p_eos"``
+            (``{(head, eps): probabilities}``, one per token, head ``"va"``/``"st"``/``"nmst"``);
+            optionally ``"label"``, the menu text (default: the context's first
+            ``label_words`` words). The lines of
+            :func:`nmst_lib.experiments.gpt2.gpt2_eos_traces` (``"context_text"``, ``"tokens"``,
+            ``"models"``) are accepted as they are.
+        max_tokens: draw at most this many steps of a line (the frame's title says so).
+        initial_head: the layer shown first (``"st"``, ``"nmst"`` or ``"both"``).
+        initial_eps: the eps shown first (default: the smallest stored).
+
+    Frames: lines x layer choices x eps values; keep it to a few dozen.
+    """
+    lines = _check_eos_lines(lines)
+    max_tokens = check_positive_int(max_tokens, "max_tokens")
+    label_words = check_positive_int(label_words, "label_words")
+    keys = {k for line in lines for k in line["p_eos"]}
+    heads = [h for h in ("st", "nmst") if any(k[0] == h for k in keys)]
+    eps_values = sorted({k[1] for k in keys if k[1] is not None})
+    if not heads:
+        raise ValueError("the lines hold no ST or NMST model: nothing to choose (p_eos keys like ('nmst', 5e-4))")
+    head_choices = heads + (["both"] if len(heads) == 2 else [])
+    if initial_head not in head_choices:
+        raise ValueError(f"initial_head must be one of {head_choices}, got {initial_head!r}")
+    if initial_eps is not None and check_eps(initial_eps) not in eps_values:
+        raise ValueError(f"initial_eps must be one of the stored eps {eps_values}, got {initial_eps!r}")
+    eps_start = eps_values.index(float(initial_eps)) if initial_eps is not None else 0
+
+    menu, seen = [], set()
+    for i, line in enumerate(lines):
+        words = line["label"].split()
+        text = " ".join(words[:label_words]) + (" …" if len(words) > label_words else "")
+        text = f"{i + 1}. {text}"
+        while text in seen:
+            text += " "
+        seen.add(text)
+        menu.append(text)
+    limits = []
+    for line in lines:
+        n = min(len(line["tokens"]), max_tokens)
+        lows = [float(p[:n].min()) for p in line["p_eos"].values()]
+        lows += [float(eos_lower_bound(1, e)) for e in eps_values]
+        limits.append((max(min(lows) / 3, 1e-12), 1.5))
+
+    controls = [
+        Control("line", tuple(range(len(lines))), label="validation line", kind="dropdown", shown=tuple(menu)),
+        Control("head", tuple(head_choices), label="output layer", kind="dropdown",
+                initial=head_choices.index(initial_head), shown=tuple(h.upper() if h != "both" else "ST and NMST" for h in head_choices)),
+        Control("eps", tuple(eps_values), label="ε", initial=eps_start, shown=tuple(_eps_text(e) for e in eps_values)),
+    ]
+
+    def draw(line, head, eps):
+        data = lines[line]
+        wanted = [("va", None)] + [(h, eps) for h in (heads if head == "both" else [head])]
+        chosen = {k: data["p_eos"][k] for k in wanted if k in data["p_eos"]}
+        title = "context: " + " ".join(data["context"].split())
+        if not any(k[0] != "va" for k in chosen):
+            fig, ax = plt.subplots(figsize=(8.6, 3.7))
+            ax.text(0.5, 0.5, f"no stored result for {head.upper()} at ε = {_eps_text(eps)} on this line",
+                    ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            ax.set_title(title, fontsize=9)
+            return fig
+        return eos_token_plot(data["tokens"], chosen, eps=eps, max_tokens=max_tokens, ylim=limits[line],
+                              title=_one_line_title(title))
+
+    return explorer_html(
+        draw,
+        controls,
+        dpi=dpi,
+        alt="p(eos) at each step of a validation line (log scale), with the line's tokens as x tick labels and sentence "
+        "ends in red: the VA model and the chosen ST or NMST model at the chosen eps, with the lower bound f_lb(t)",
+    )
+
+
+def _one_line_title(text: str, width: int = 110) -> str:
+    """``text`` cut to ``width`` characters (with an ellipsis) for a one-line figure title."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def eps_tradeoff_plot(
+    points: Sequence[Mapping],
+    *,
+    L: int | None = None,
+    axes=None,
+    title: str | None = None,
+) -> Figure:
+    """Validation perplexity (left) and r_nt(L) under greedy search (right) against eps, log x
+    axis, for ST and NMST, with VA as a horizontal line (Choi, Cho, Lee 2023, Fig. 5; Welleck et
+    al. 2020, Sec. 5.3's eps trade-off).
+
+    Args:
+        points: one mapping per model with ``"head"`` (``"va"``, ``"st"`` or ``"nmst"``),
+            ``"eps"`` (``None`` for VA), ``"ppl"`` and ``"rnt"`` (a fraction in [0, 1]);
+            optional ``"ppl_std"`` and ``"rnt_std"`` are drawn as error bars (VA: a band).
+        L: the decoding limit of r_nt; when given, a vertical line marks
+            eps_L = 1 - 2^(-1/L): right of it (eps > eps_L) the half-life step
+            t_{1/2} = floor(-log 2 / log(1 - eps)) + 1 is at most L, so greedy search on an ST or
+            NMST model stops within L steps *whatever the weights* (Chapter 4, greedy theorem);
+            left of it a zero r_nt(L) is learned, not guaranteed.
+        axes: two matplotlib axes to draw into (default: a new 1 x 2 figure).
+
+    Chapter 7 (``07_gpt2``).
+    """
+    if isinstance(points, (str, bytes, Mapping)) or not isinstance(points, Sequence) or len(points) == 0:
+        raise TypeError("points must be a non-empty sequence of mappings with 'head', 'eps', 'ppl' and 'rnt'")
+    rows = []
+    for i, point in enumerate(points):
+        if not isinstance(point, Mapping) or any(k not in point for k in ("head", "eps", "ppl", "rnt")):
+            raise ValueError(f"point {i} must be a mapping with 'head', 'eps', 'ppl' and 'rnt', got {point!r}")
+        head, eps = _check_model_key((point["head"], point["eps"]))
+        ppl, rnt = float(point["ppl"]), float(point["rnt"])
+        if not (math.isfinite(ppl) and ppl >= 1):
+            raise ValueError(f"point {i}: a perplexity is a finite number >= 1, got {point['ppl']!r}")
+        if not 0 <= rnt <= 1:
+            raise ValueError(f"point {i}: r_nt is a fraction in [0, 1], got {point['rnt']!r}")
+        rows.append({"head": head, "eps": eps, "ppl": ppl, "rnt": rnt,
+                     "ppl_std": float(point.get("ppl_std") or 0.0), "rnt_std": float(point.get("rnt_std") or 0.0)})
+    if not any(r["head"] != "va" for r in rows):
+        raise ValueError("points need at least one ST or NMST model (an eps axis needs eps)")
+    if L is not None:
+        L = check_positive_int(L, "L")
+    if axes is None:
+        fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.4))
+    else:
+        axes = list(np.ravel(axes))
+        if len(axes) != 2:
+            raise ValueError(f"axes must hold two axes (perplexity, r_nt), got {len(axes)}")
+        fig = axes[0].figure
+    eps_all = [r["eps"] for r in rows if r["eps"] is not None]
+    lo, hi = min(eps_all) / 2, max(eps_all) * 2
+    for ax, metric, ylabel in ((axes[0], "ppl", "validation perplexity"),
+                               (axes[1], "rnt", f"$r_{{nt}}(L)$, greedy" + (f", L = {L:,}" if L else ""))):
+        for head in ("st", "nmst"):
+            pts = sorted((r for r in rows if r["head"] == head), key=lambda r: r["eps"])
+            if not pts:
+                continue
+            style = dict(HEAD_STYLES[head.upper()])
+            ax.errorbar([r["eps"] for r in pts], [r[metric] for r in pts], yerr=[r[metric + "_std"] for r in pts],
+                        marker="o", markersize=5, capsize=3, label=head.upper(), **style)
+        for r in (r for r in rows if r["head"] == "va"):
+            style = dict(HEAD_STYLES["VA"])
+            ax.axhline(r[metric], label="VA", **style)
+            if r[metric + "_std"]:
+                ax.axhspan(r[metric] - r[metric + "_std"], r[metric] + r[metric + "_std"], color=style["color"],
+                           alpha=0.12, linewidth=0)
+        if L is not None:
+            eps_L = -math.expm1(-math.log(2.0) / L)  # 1 - 2^(-1/L)
+            ax.axvline(eps_L, color="0.45", linewidth=1, linestyle=(0, (1, 2)),
+                       label=f"ε above which $t_{{1/2}}$ ≤ L")
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_xlabel("ε (log scale)")
+        ax.set_ylabel(ylabel)
+    axes[1].set_ylim(-0.03, 1.03)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    handles, labels = axes[1].get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    fig.legend(list(seen.values()), list(seen), loc="lower center", ncol=len(seen), fontsize=8.5, frameon=False)
+    return fig
+
+
+def length_histogram_plot(
+    lengths: Mapping[str, object],
+    *,
+    max_len: int,
+    bins: int = 25,
+    ax: plt.Axes | None = None,
+    styles: Mapping[str, Mapping] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Histograms of continuation lengths, as fractions of each label's sequences, with the
+    unfinished ones in a separate bar beyond the limit (Welleck et al. 2020, Fig. 4: GPT-2's
+    greedy continuations pile up at the limit, the self-terminating model's do not).
+
+    Args:
+        lengths: ``{label: lengths}`` or ``{label: (lengths, terminated)}`` as for
+            :func:`length_cdf_plot`; an unfinished sequence (``terminated`` False) is counted
+            in the bar "unfinished at L", drawn right of ``max_len``. ``"data"`` is a grey area.
+        max_len: the decoding limit L; the bins split [1, L] evenly.
+        bins: the number of bins up to L.
+
+    Every label's bars (unfinished bar included) sum to 1. Chapter 7 (``07_gpt2``).
+    """
+    if not isinstance(lengths, Mapping) or not lengths:
+        raise TypeError("lengths must be a non-empty mapping {label: lengths or (lengths, terminated)}")
+    max_len = check_positive_int(max_len, "max_len", minimum=2)
+    bins = check_positive_int(bins, "bins")
+    styles = dict(styles or {})
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8.6, 3.4))
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.9)
+    else:
+        fig = ax.figure
+    edges = np.linspace(0.5, max_len + 0.5, bins + 1)
+    width = edges[1] - edges[0]
+    extra = (max_len + 0.5 + 0.4 * width, max_len + 0.5 + 1.4 * width)  # the "unfinished" bar
+    for i, (label, value) in enumerate(lengths.items()):
+        if isinstance(value, tuple) and len(value) == 2:
+            ls, done = np.asarray(value[0], dtype=np.float64), np.asarray(value[1], dtype=bool)
+        else:
+            ls = np.asarray(value, dtype=np.float64)
+            done = np.ones(ls.shape, dtype=bool)
+        if ls.ndim != 1 or ls.size == 0 or done.shape != ls.shape:
+            raise ValueError(f"lengths {label!r}: a non-empty 1-D array (and as many terminated flags)")
+        if np.any(ls[done] < 1) or np.any(ls[done] > max_len):
+            raise ValueError(f"lengths {label!r}: finished lengths must lie in [1, max_len = {max_len}]")
+        counts, _ = np.histogram(ls[done], bins=edges)
+        fractions = counts / ls.size
+        unfinished = float(np.mean(~done))
+        xs = np.concatenate([edges, [extra[0], extra[1]]])
+        ys = np.concatenate([fractions, [0.0, unfinished]])
+        if label == "data" and label not in styles:
+            ax.stairs(fractions, edges, fill=True, color="0.82", label=label, zorder=0)
+            continue
+        style = _default_style(label, i)
+        style.update(styles.get(label, {}))
+        style.pop("marker", None)
+        ax.stairs(ys, xs, label=label + (f" ({100 * unfinished:.0f}% unfinished)" if unfinished else ""), **style)
+    ax.axvline(max_len + 0.5, color="0.5", linewidth=0.8, linestyle=":")
+    ax.set_xlim(0, extra[1] + 0.5 * width)
+    ticks = [t for t in matplotlib.ticker.MaxNLocator(nbins=6, integer=True).tick_values(1, max_len) if 0 <= t <= 0.88 * max_len]
+    ax.set_xticks(ticks + [sum(extra) / 2])
+    ax.set_xticklabels([f"{t:,.0f}" for t in ticks] + [f"> {max_len:,}"])
+    ax.set_xlabel("continuation length (tokens, eos included); last bar: unfinished at L")
+    ax.set_ylabel("fraction of continuations")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper center")
+    return fig
