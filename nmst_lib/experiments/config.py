@@ -1,6 +1,7 @@
 """Experiment configurations and the three profiles (``quick``, ``cpu``, ``paper``) of the
 WikiText-2 experiments of Chapter 6 (06_wikitext), after Choi, Cho, Lee (2023) Sec. 4.1 and
-App. D, F, G.
+App. D, F, G, and of the GPT-2 fine-tuning experiments of Chapter 7 (07_gpt2), after Choi, Cho,
+Lee (2023) Sec. 4.2 and App. D and Welleck et al. (2020) Sec. 5.3 (``arch="gpt2"``).
 
 A config is a frozen dataclass; everything that can change a number in a result is a field,
 so its hash (:func:`config_hash`) identifies the result. Runtime choices that cannot change
@@ -26,6 +27,11 @@ __all__ = [
     "EPS_HEADS",
     "PAPER_EPS",
     "CPU_EPS",
+    "GPT2_CPU_EPS",
+    "GPT2_FEATURED_EPS",
+    "DATASETS",
+    "LR_SCHEDULES",
+    "GPT2_MAX_POSITIONS",
     "GREEDY_ONLY",
     "ALL_DECODERS",
     "VA_CONSISTENT_DECODERS",
@@ -49,7 +55,17 @@ SCHEMA_VERSION = 1
 stored result then becomes STALE."""
 
 PROFILES = ("quick", "cpu", "paper")
-ARCHS = ("rnn", "lstm")
+ARCHS = ("rnn", "lstm", "gpt2")
+"""Model families: tanh RNN and LSTM (Chapter 6, 06_wikitext; Chapter 8, 08_sparse) and GPT-2
+(Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2)."""
+DATASETS = ("wikitext-2", "wikitext-103")
+"""Corpora: WikiText-2 (every arch) and WikiText-103 (GPT-2 only; Choi, Cho, Lee (2023) Sec. 4.2)."""
+LR_SCHEDULES = ("plateau", "linear")
+"""``plateau``: multiply the lr by ``lr_decay`` after an epoch without validation improvement
+(Choi, Cho, Lee (2023) App. D, Chapter 6); ``linear``: lr * max(0, 1 - step / lr_decay_steps) per
+optimizer step (GPT-2 fine-tuning, App. D; Chapter 7, 07_gpt2)."""
+GPT2_MAX_POSITIONS = 1024
+"""GPT-2's context window: context + continuation must fit in it (Radford et al. 2019)."""
 HEADS = ("va", "st", "nmst", "entmax", "nmst-entmax")
 _HEAD_ALIASES = {"va": "va", "vanilla": "va", "softmax": "va", "st": "st", "nmst": "nmst", "entmax": "entmax",
                  "nmst-entmax": "nmst-entmax", "nmst_entmax": "nmst-entmax"}
@@ -67,6 +83,14 @@ CPU_EPS = (1e-4, 5e-4)
 """Reduced eps grid of the ``cpu`` profile: with L_max = 1e4 the lower bound
 1 - (1 - eps)^t reaches 0.63 (eps = 1e-4) and 0.99 (eps = 5e-4), so the termination that the
 theory promises is visible within the decoded horizon; eps = 1e-5 needs L ~ 1e5 (paper)."""
+
+GPT2_CPU_EPS = (1e-4, 5e-4, 2.5e-3)
+"""eps grid of the GPT-2 ``cpu`` profile (Chapter 7, 07_gpt2): two of Choi, Cho, Lee (2023) Sec. 4.2's
+scale plus 2.5e-3, the eps of Welleck et al. (2020) Sec. 5.3 / Table 4 (ST GPT-2). With L = 1000 the
+lower bound 1 - (1 - eps)^L is 0.10, 0.39 and 0.92."""
+GPT2_FEATURED_EPS = {"quick": 1e-2, "cpu": 5e-4, "paper": 1e-5}
+"""The eps whose GPT-2 ST/NMST models get every decoder (Choi, Cho, Lee (2023) Table 4 uses 1e-5;
+Chapter 7, 07_gpt2); the same values as :data:`FEATURED_EPS`."""
 
 GREEDY_ONLY = ("greedy",)
 ALL_DECODERS = ("greedy", "ancestral", "top-2", "top-4", "nucleus-0.2", "nucleus-0.4", "beam-2", "beam-4")
@@ -196,6 +220,21 @@ class ExperimentConfig:
     ``num_decode_contexts_nongreedy`` of the same set) and a shorter ``decode_max_len_nongreedy``
     (None = the same as greedy); ``num_eos_lines`` validation lines get per-token eos
     probabilities.
+
+    GPT-2 (``arch="gpt2"``; Choi, Cho, Lee (2023) Sec. 4.2 and App. D; Chapter 7, 07_gpt2) and
+    the training options it needs, each left out of :meth:`to_dict` (and so of
+    :func:`config_hash`) at its default, so that every Chapter 6 and Chapter 8 config keeps its hash:
+    ``dataset`` (``wikitext-2``, or ``wikitext-103`` for GPT-2 only), ``pretrained`` (GPT-2 only:
+    a Hugging Face name such as ``"gpt2"`` or a ``save_pretrained`` folder; None = a randomly
+    initialised GPT-2 with ``hidden`` = n_embd, ``layers`` = n_layer, ``attn_heads`` = n_head),
+    ``attn_heads`` (GPT-2 from scratch only; divides ``hidden``), ``lr_schedule`` (``plateau``: the
+    lr_decay rule above; ``linear``: lr * max(0, 1 - step / ``lr_decay_steps``) per optimizer step,
+    validation still early-stops), ``lr_decay_steps`` (linear only; None = max_epochs x optimizer
+    steps per epoch), ``max_steps`` (stop after this many optimizer steps), ``grad_accum``
+    (micro-batches per optimizer step; the loss is normalised by the scored tokens of the whole
+    step, so it equals one batch ``grad_accum`` times larger), ``no_decay_bias_norm`` (no weight
+    decay on parameters with fewer than 2 dimensions: biases and LayerNorm). ``vocab_cap`` must be
+    None for GPT-2 (the BPE vocabulary is fixed).
     """
 
     profile: str = "quick"
@@ -233,6 +272,15 @@ class ExperimentConfig:
     num_decode_contexts_nongreedy: int | None = None
     decode_batch_size: int = 512
     num_eos_lines: int = 4
+    # Chapter 7 (07_gpt2): left out of to_dict at these defaults (see _OMITTED_AT_DEFAULT)
+    dataset: str = "wikitext-2"
+    pretrained: str | None = None
+    attn_heads: int | None = None
+    lr_schedule: str = "plateau"
+    lr_decay_steps: int | None = None
+    max_steps: int | None = None
+    grad_accum: int = 1
+    no_decay_bias_norm: bool = False
 
     @property
     def key(self) -> str:
@@ -253,18 +301,29 @@ class ExperimentConfig:
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every field (tuples become lists). ``alpha`` is left out when it is
-        None (every head but entmax and nmst-entmax), so that configs written before the field
-        existed (Chapter 6's committed results) keep their :func:`config_hash`."""
+        None (every head but entmax and nmst-entmax), and the fields added for GPT-2 (Chapter 7,
+        07_gpt2: dataset, pretrained, attn_heads, lr_schedule, lr_decay_steps, max_steps,
+        grad_accum, no_decay_bias_norm) when they are at their defaults, so that configs written
+        before those fields existed (Chapter 6's and Chapter 8's committed results) keep their
+        :func:`config_hash`."""
         d = asdict(self)
         d["betas"] = list(self.betas)
         d["decoders"] = list(self.decoders)
-        if d["alpha"] is None:
-            del d["alpha"]
+        for name, default in _OMITTED_AT_DEFAULT.items():
+            if d[name] == default and type(d[name]) is type(default):
+                del d[name]
         return d
 
     def replace(self, **changes) -> "ExperimentConfig":
         """A validated copy with ``changes`` applied."""
         return validate_config(replace(self, **changes))
+
+
+_OMITTED_AT_DEFAULT = {"alpha": None, "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
+                       "lr_schedule": "plateau", "lr_decay_steps": None, "max_steps": None, "grad_accum": 1,
+                       "no_decay_bias_norm": False}
+"""Fields that :meth:`ExperimentConfig.to_dict` leaves out at these values (they postdate
+Chapter 6's committed results, whose hashes must not change)."""
 
 
 def _check_number(value, name):
@@ -282,8 +341,9 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
         raise ValueError(f"unknown profile {config.profile!r}: choose one of {', '.join(PROFILES)}")
     arch = config.arch.lower() if isinstance(config.arch, str) else config.arch
     if arch not in ARCHS:
-        raise ValueError(f"unknown arch {config.arch!r}: choose rnn (tanh RNN) or lstm")
+        raise ValueError(f"unknown arch {config.arch!r}: choose rnn (tanh RNN), lstm or gpt2")
     changes["arch"] = arch
+    changes.update(_validate_gpt2_and_schedule(config, arch))
     head = normalise_head(config.head)
     changes["head"] = head
     if head not in EPS_HEADS:
@@ -346,7 +406,60 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     for name in decoders:
         parse_decoder(name)
     changes["decoders"] = decoders
+    if arch == "gpt2":
+        longest = max(config.decode_max_len, config.decode_max_len_nongreedy or 0)
+        if config.context_len + longest > GPT2_MAX_POSITIONS:
+            raise ValueError(f"GPT-2 attends to {GPT2_MAX_POSITIONS} positions: context_len ({config.context_len}) + "
+                             f"the longest decode_max_len ({longest}) must not exceed it; the paper uses L = 1000 "
+                             "with k = 10")
     return replace(config, **changes)
+
+
+def _validate_gpt2_and_schedule(config: ExperimentConfig, arch: str) -> dict:
+    """Checks of the fields added for GPT-2 fine-tuning (Choi, Cho, Lee (2023) Sec. 4.2, App. D;
+    Chapter 7, 07_gpt2): dataset, pretrained, attn_heads, vocab_cap, lr_schedule, lr_decay_steps,
+    max_steps, grad_accum, no_decay_bias_norm. Returns the normalised values; raises ValueError /
+    TypeError saying what is allowed."""
+    changes = {}
+    if config.dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {config.dataset!r}: choose one of {', '.join(DATASETS)}")
+    if config.dataset == "wikitext-103" and arch != "gpt2":
+        raise ValueError("dataset 'wikitext-103' is for arch gpt2 only (Choi, Cho, Lee (2023) Sec. 4.2); the RNN/LSTM "
+                         "experiments use 'wikitext-2'")
+    if config.pretrained is not None:
+        if arch != "gpt2":
+            raise ValueError(f"pretrained applies to arch gpt2 only; leave it out (None) for arch {arch}")
+        if not isinstance(config.pretrained, str) or not config.pretrained.strip():
+            raise ValueError(f"pretrained must be a Hugging Face model name (e.g. 'gpt2') or a folder written by "
+                             f"GPT2LM.save_pretrained, got {config.pretrained!r}")
+    if config.attn_heads is not None:
+        if arch != "gpt2" or config.pretrained is not None:
+            raise ValueError("attn_heads applies to a GPT-2 trained from scratch only (arch gpt2, pretrained None); "
+                             "a pretrained model brings its own; leave it out (None)")
+        check_positive_int(config.attn_heads, "attn_heads")
+        if isinstance(config.hidden, int) and config.hidden % config.attn_heads:
+            raise ValueError(f"hidden ({config.hidden}) must be a multiple of attn_heads ({config.attn_heads}): "
+                             "each attention head gets hidden / attn_heads dimensions")
+    elif arch == "gpt2" and config.pretrained is None:
+        raise ValueError("a GPT-2 trained from scratch (pretrained None) needs attn_heads, a divisor of hidden "
+                         "(e.g. attn_heads=4 with hidden=128), or pretrained='gpt2'")
+    if arch == "gpt2" and config.vocab_cap is not None:
+        raise ValueError(f"vocab_cap must be None for arch gpt2: the GPT-2 BPE vocabulary is fixed (50,257 ids), "
+                         f"got {config.vocab_cap!r}")
+    if config.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}: choose plateau (multiply the lr by lr_decay "
+                         "after an epoch without validation improvement) or linear (linear decay to 0 over "
+                         "lr_decay_steps optimizer steps)")
+    if config.lr_decay_steps is not None:
+        if config.lr_schedule != "linear":
+            raise ValueError("lr_decay_steps applies to lr_schedule 'linear' only; leave it out (None) for 'plateau'")
+        check_positive_int(config.lr_decay_steps, "lr_decay_steps")
+    if config.max_steps is not None:
+        check_positive_int(config.max_steps, "max_steps")
+    check_positive_int(config.grad_accum, "grad_accum")
+    if not isinstance(config.no_decay_bias_norm, bool):
+        raise TypeError(f"no_decay_bias_norm must be True or False, got {config.no_decay_bias_norm!r}")
+    return changes
 
 
 DECODING_FIELDS = ("decoders", "decode_max_len", "decode_max_len_nongreedy", "num_decode_contexts",
@@ -415,13 +528,36 @@ _PROFILE_DEFAULTS = {
 }
 
 
+_GPT2_PROFILE_DEFAULTS = {
+    # quick: seconds; tests and CI. A 2 x 32 GPT-2 from scratch on ~6k BPE tokens. Numbers mean nothing.
+    "quick": dict(vocab_cap=None, max_train_tokens=6_000, max_eval_tokens=2_000, hidden=32, layers=2, attn_heads=2,
+                  dropout=0.0, lr=1e-3, lr_schedule="linear", no_decay_bias_norm=True, max_epochs=2, patience=2,
+                  batch_size=64, max_batch_tokens=512, decode_max_len=40, num_decode_contexts=16, num_eos_lines=2,
+                  decode_batch_size=64),
+    # cpu: the website's GPT-2 -- NOT pretrained GPT-2: a 2 x 128 GPT-2 trained from scratch on the offline text.
+    "cpu": dict(vocab_cap=None, max_train_tokens=150_000, max_eval_tokens=None, hidden=128, layers=2, attn_heads=4,
+                dropout=0.1, lr=1e-3, lr_schedule="linear", betas=(0.9, 0.99), weight_decay=0.01,
+                no_decay_bias_norm=True, clip=1.0, batch_size=64, max_batch_tokens=2048, max_epochs=2, patience=1,
+                decode_max_len=1000, decode_max_len_nongreedy=None, num_decode_contexts=128,
+                num_decode_contexts_nongreedy=64, decode_batch_size=128, num_eos_lines=12),
+    # paper: Choi, Cho, Lee (2023) Sec. 4.2 and App. D: pretrained GPT-2 (124M) fine-tuned on WikiText-103.
+    "paper": dict(vocab_cap=None, max_train_tokens=None, max_eval_tokens=None, dataset="wikitext-103",
+                  pretrained="gpt2", hidden=768, layers=12, dropout=0.1, lr=5e-5, lr_schedule="linear",
+                  lr_decay_steps=500_000, max_steps=300_000, betas=(0.9, 0.99), weight_decay=0.01,
+                  no_decay_bias_norm=True, clip=1.0, batch_size=1024, max_batch_tokens=1024, grad_accum=1,
+                  max_epochs=10, patience=2, decode_max_len=1000, num_decode_contexts=None, decode_batch_size=64,
+                  num_eos_lines=12),
+}
+"""Profiles of ``arch="gpt2"`` (Chapter 7, 07_gpt2); see :func:`make_config`."""
+
+
 FEATURED_EPS = {"quick": 1e-2, "cpu": 5e-4, "paper": 1e-5}
 """The eps whose ST/NMST models get every decoder (the paper's App. F uses its best eps, 1e-5;
 the cpu profile uses 5e-4, whose lower bound 1 - (1 - eps)^t reaches 0.22 at t = 500 and 0.5
 at t = 1386, so that termination shows within the decoded horizons)."""
 
 
-def default_decoders(profile: str, head: str, eps: float | None, seed: int = 0) -> tuple[str, ...]:
+def default_decoders(profile: str, head: str, eps: float | None, seed: int = 0, arch: str = "lstm") -> tuple[str, ...]:
     """The decoders a profile runs for a model (Choi, Cho, Lee (2023) Fig. 2 and App. F):
     ``quick``: greedy, top-2, beam-2 for every model. ``cpu``/``paper``: VA gets every decoder
     plus consistent top-k / nucleus (Welleck et al. 2020, Defs. 4.1-4.2); ST/NMST at
@@ -429,8 +565,11 @@ def default_decoders(profile: str, head: str, eps: float | None, seed: int = 0) 
     only seed 0 gets more than greedy (the other seeds give Table 1's and Fig. 2's spread).
     The sparse heads of Chapter 8 (08_sparse; entmax, nmst-entmax) get greedy and ancestral
     sampling from their own sparse distribution, which is entmax sampling (Martins et al. (2020)
-    eq. 7), at every profile."""
+    eq. 7), at every profile. GPT-2 (``arch="gpt2"``, Chapter 7, 07_gpt2) follows the same rule with
+    :data:`GPT2_FEATURED_EPS` (Choi, Cho, Lee (2023) Table 4: top-{2,4}, nucleus-{0.2,0.4},
+    beam-{2,4} for VA, ST and NMST at the featured eps)."""
     head = normalise_head(head)
+    featured = GPT2_FEATURED_EPS if (isinstance(arch, str) and arch.lower() == "gpt2") else FEATURED_EPS
     if head in SPARSE_HEADS:  # Chapter 8 (08_sparse): greedy and the model's own sampler (entmax sampling)
         return ("greedy", "ancestral")
     if profile == "quick":
@@ -439,7 +578,7 @@ def default_decoders(profile: str, head: str, eps: float | None, seed: int = 0) 
         return GREEDY_ONLY
     if head == "va":
         return ALL_DECODERS + VA_CONSISTENT_DECODERS
-    if eps is not None and math.isclose(eps, FEATURED_EPS[profile]):
+    if eps is not None and math.isclose(eps, featured[profile]):
         return ALL_DECODERS
     return GREEDY_ONLY
 
@@ -468,6 +607,24 @@ def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", ep
       :data:`PAPER_EPS`, 10 seeds (see :func:`nmst_lib.experiments.runs.suite_configs`),
       L = 1e5. Needs a GPU.
 
+    GPT-2 (``arch="gpt2"``; Chapter 7, 07_gpt2; the GPT-2 BPE vocabulary, eos = ``<|endoftext|>``):
+
+    * ``quick``: a 2-layer GPT-2 (n_embd 32, 2 heads, dropout 0) from scratch on ~6k BPE tokens
+      (2k validation / test), linear lr 1e-3, no decay on biases/LayerNorm, batches of <= 64
+      sequences and 512 tokens, 2 epochs, 16 contexts decoded to L = 40. Seconds; tests and CI.
+    * ``cpu`` (the website; **not pretrained GPT-2**: trained from scratch on the offline text):
+      2 layers, n_embd 128, 4 heads, dropout 0.1; AdamW lr 1e-3 with linear decay, betas
+      (0.9, 0.99), weight decay 0.01 except biases and LayerNorm, clip 1.0; batches of <= 64
+      sequences and 2,048 tokens; ~150k training BPE tokens, 2 epochs, patience 1; eps in
+      :data:`GPT2_CPU_EPS`; greedy on 128 validation contexts (the other decoders on 64) to
+      L = 1000 (the paper's L). Budget: about 5 minutes of training per model on 2 threads.
+    * ``paper``: Choi, Cho, Lee (2023) Sec. 4.2 and App. D: pretrained ``gpt2`` (124M) fine-tuned
+      on WikiText-103, dropout 0.1, AdamW lr 5e-5 with linear decay over 500k steps, at most 300k
+      steps, betas (0.9, 0.99), weight decay 0.01 except biases and LayerNorm, batches of <= 1,024
+      tokens (fits a 16 GB T4 without accumulation), all validation contexts to L = 1000; early
+      stopping after 2 epochs without validation improvement (our choice; max_steps binds first).
+      Needs a GPU and the Hugging Face hub.
+
     Decoders default to :func:`default_decoders`. The entmax heads of Chapter 8 (08_sparse)
     take their ``alpha`` as an override (``make_config("cpu", "lstm", "entmax", alpha=1.5)``) and
     use the same profile defaults as the other heads.
@@ -476,10 +633,14 @@ def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", ep
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
     arch_key = arch.lower() if isinstance(arch, str) else arch
     if arch_key not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}: choose rnn (tanh RNN) or lstm")
-    defaults = dict(_PROFILE_DEFAULTS[profile]["common"])
-    defaults["decoders"] = default_decoders(profile, head, eps, seed)
-    defaults.update(_PROFILE_DEFAULTS[profile][arch_key])
+        raise ValueError(f"unknown arch {arch!r}: choose rnn (tanh RNN), lstm or gpt2")
+    if arch_key == "gpt2":
+        defaults = dict(_GPT2_PROFILE_DEFAULTS[profile])
+        defaults["decoders"] = default_decoders(profile, head, eps, seed, arch="gpt2")
+    else:
+        defaults = dict(_PROFILE_DEFAULTS[profile]["common"])
+        defaults["decoders"] = default_decoders(profile, head, eps, seed)
+        defaults.update(_PROFILE_DEFAULTS[profile][arch_key])
     defaults.update(overrides)
     names = {f.name for f in fields(ExperimentConfig)}
     unknown = set(defaults) - names

@@ -2,7 +2,11 @@
 AdamW, learning-rate halving, early stopping and best-by-validation selection (Choi, Cho, Lee
 (2023) App. D), atomic checksummed checkpoints, and exact resumption (Chapter 6, 06_wikitext).
 The same loop trains the entmax heads of Chapter 8 (08_sparse) on their own loss (Martins et al.
-(2020) eq. 5-6), selecting by the validation mean of that loss (:func:`selection_metric`).
+(2020) eq. 5-6), selecting by the validation mean of that loss (:func:`selection_metric`), and
+fine-tunes GPT-2 (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2 and App. D): AdamW with no
+weight decay on biases and LayerNorm, a linear learning-rate decay per optimizer step, gradient
+accumulation, ``max_steps``, and data-parallel training over several processes
+(:mod:`nmst_lib.experiments.distributed`, DistributedDataParallel through ``torchrun``).
 
 Reproducibility: every random choice comes from a seed (python, numpy, torch; the data order
 from a generator seeded by ``(seed, epoch)``); checkpoints hold the RNG states, so a run that
@@ -28,8 +32,16 @@ import torch
 
 from .. import data as D
 from ..heads import head_from_name
-from ..models import RecurrentLM, build_model
-from .config import DECODING_FIELDS, NLL_HEADS, ExperimentConfig, training_hash, validate_config
+from ..models import GPT2LM, RecurrentLM, build_model
+from .config import (
+    DECODING_FIELDS,
+    GPT2_MAX_POSITIONS,
+    NLL_HEADS,
+    ExperimentConfig,
+    training_hash,
+    validate_config,
+)
+from .distributed import DistContext, all_reduce_sum, init_distributed, no_sync, shard_rows, wrap_model
 from .results import atomic_write_bytes, is_source_checkout, user_cache_dir
 
 __all__ = [
@@ -44,6 +56,8 @@ __all__ = [
     "load_corpus",
     "prepare_data",
     "build_model_for",
+    "parameter_groups",
+    "linear_lr",
     "evaluate_perplexity",
     "evaluate_loss",
     "selection_metric",
@@ -74,10 +88,23 @@ def default_checkpoint_dir() -> Path:
     return user_cache_dir() / "checkpoints" / "wikitext2"
 
 
+_CHECKPOINT_SUFFIX = ".pt"
+_LEGACY_SUFFIX = ".pt"
+
+
+def _checkpoint_file(config: ExperimentConfig, checkpoint_dir=None) -> Path:
+    """Where :func:`train` writes the checkpoint of ``config``."""
+    base = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir()
+    return base / f"{config.key}{_CHECKPOINT_SUFFIX}"
+
+
 def checkpoint_path(config: ExperimentConfig, checkpoint_dir=None) -> Path:
     """The checkpoint file of ``config``: ``<checkpoint_dir>/<key>.pt``."""
-    base = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir()
-    return base / f"{config.key}.pt"
+    path = _checkpoint_file(config, checkpoint_dir)
+    legacy = path.with_name(f"{config.key}{_LEGACY_SUFFIX}")
+    if not path.is_file() and legacy.is_file():
+        return legacy
+    return path
 
 
 def seed_everything(seed: int) -> None:
@@ -90,24 +117,45 @@ def seed_everything(seed: int) -> None:
 # ------------------------------------------------------------------------------------- data
 
 _CORPUS_CACHE: dict = {}
+_TOKENIZER_CACHE: dict = {}
 
 
 def load_corpus(config: ExperimentConfig, directory=None) -> D.Corpus:
     """The corpus named by ``config.data_source`` (cached per process and local folder; see
     :func:`nmst_lib.data.load_wikitext2` for where the data comes from: ``directory``,
-    ``$NMST_WIKITEXT_DIR``, ``$NMST_DATA_DIR/wikitext-2``, else the hub)."""
+    ``$NMST_WIKITEXT_DIR``, ``$NMST_DATA_DIR/wikitext-2``, else the hub). For GPT-2 (Chapter 7,
+    07_gpt2) the raw, detokenised text of ``config.dataset``
+    (:func:`nmst_lib.data.load_wikitext_raw`)."""
     folder = D.wikitext_dir(directory)
-    key = (config.data_source, None if folder is None else str(folder.resolve()), config.substitute_seed)
+    where = None if folder is None else str(folder.resolve())
+    if config.arch == "gpt2":
+        key = ("raw", config.dataset, config.data_source, where, config.substitute_seed)
+        if key not in _CORPUS_CACHE:
+            _CORPUS_CACHE[key] = D.load_wikitext_raw(config.dataset, config.data_source, directory,
+                                                     substitute_seed=config.substitute_seed)
+        return _CORPUS_CACHE[key]
+    key = (config.data_source, where, config.substitute_seed)
     if key not in _CORPUS_CACHE:
         _CORPUS_CACHE[key] = D.load_wikitext2(config.data_source, directory, substitute_seed=config.substitute_seed)
     return _CORPUS_CACHE[key]
 
 
+def _gpt2_tokenizer():
+    """GPT-2's tokenizer (:func:`nmst_lib.data.load_gpt2_tokenizer`), loaded once per process and
+    tokenizer folder."""
+    folder = D.gpt2_tokenizer_dir()
+    key = None if folder is None else str(Path(folder).resolve())
+    if key not in _TOKENIZER_CACHE:
+        _TOKENIZER_CACHE[key] = D.load_gpt2_tokenizer()
+    return _TOKENIZER_CACHE[key]
+
+
 @dataclass
 class PreparedData:
-    """Vocabulary and sequences of each split, plus the provenance dict that goes into results."""
+    """Vocabulary and sequences of each split, plus the provenance dict that goes into results.
+    For GPT-2 (Chapter 7, 07_gpt2) ``vocab`` is a :class:`nmst_lib.data.TokenizerVocabulary`."""
 
-    vocab: D.Vocabulary
+    vocab: D.Vocabulary | D.TokenizerVocabulary
     train: D.SequenceData
     valid: D.SequenceData
     test: D.SequenceData
@@ -128,13 +176,28 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
     """Vocabulary from the training lines (capped at ``config.vocab_cap``), continuation-task
     sequences of every split (k = ``config.context_len``), the training sequences cut to
     ``config.max_train_tokens`` (validation and test to ``config.max_eval_tokens``), and a provenance dict (Chapter 6, 06_wikitext, "The data").
+    For GPT-2 (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7, 07_gpt2) the raw text of
+    ``config.dataset`` tokenised with GPT-2's BPE (vocabulary fixed at the tokenizer's, eos
+    ``<|endoftext|>`` appended, lines of at most k or more than 1,024 tokens dropped; cached on
+    disk by :func:`nmst_lib.data.bpe_sequences_cached`).
     Raises ValueError when a split has no usable sequence."""
     config = validate_config(config)
     corpus = corpus if corpus is not None else load_corpus(config)
-    vocab = D.build_vocabulary(corpus.train, cap=config.vocab_cap)
+    if config.arch == "gpt2":
+        tokenizer = _gpt2_tokenizer()
+        vocab = D.TokenizerVocabulary(tokenizer)
+
+        def sequences(lines):
+            return D.bpe_sequences_cached(lines, tokenizer, context_len=config.context_len,
+                                          max_len=GPT2_MAX_POSITIONS)
+    else:
+        vocab = D.build_vocabulary(corpus.train, cap=config.vocab_cap)
+
+        def sequences(lines):
+            return D.make_sequences(lines, vocab, config.context_len)
     splits = {}
     for name in D.SPLITS:
-        seqs = D.make_sequences(corpus.split(name), vocab, config.context_len)
+        seqs = sequences(corpus.split(name))
         if len(seqs) == 0:
             raise ValueError(f"the {name} split has no line longer than context_len={config.context_len} tokens: "
                              "nothing to train or evaluate on; check the data source or lower context_len")
@@ -144,23 +207,86 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
     splits["test"] = _truncate(splits["test"], config.max_eval_tokens, "max_eval_tokens")
     desc = corpus.description.to_dict()
     desc["sequences"] = {
-        name: {"num_sequences": len(s), "num_tokens": s.num_tokens, "num_scored_tokens": s.num_target_tokens,
-               "unk_rate": float((s.tokens == vocab.unk_id).double().mean())}
+        name: {"num_sequences": len(s), "num_tokens": s.num_tokens, "num_scored_tokens": s.num_target_tokens}
         for name, s in splits.items()
     }
-    desc["vocabulary"] = {"size": len(vocab), "cap": config.vocab_cap, "fingerprint": vocab.fingerprint,
-                          "built_from": "train split (after substitution, before max_train_tokens)"}
+    if config.arch == "gpt2":
+        desc["vocabulary"] = {"size": len(vocab), "cap": None, "fingerprint": vocab.fingerprint,
+                              "built_from": "the GPT-2 byte-level BPE tokenizer (fixed; eos <|endoftext|> is the last "
+                                            "id)", "tokenizer": str(D.gpt2_tokenizer_dir() or "Hugging Face hub: gpt2")}
+        desc["max_sequence_tokens"] = GPT2_MAX_POSITIONS
+    else:
+        for name, s in splits.items():
+            desc["sequences"][name]["unk_rate"] = float((s.tokens == vocab.unk_id).double().mean())
+        desc["vocabulary"] = {"size": len(vocab), "cap": config.vocab_cap, "fingerprint": vocab.fingerprint,
+                              "built_from": "train split (after substitution, before max_train_tokens)"}
     desc["context_len"] = config.context_len
     return PreparedData(vocab, splits["train"], splits["valid"], splits["test"], desc)
 
 
-def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM:
+def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM | GPT2LM:
     """The model and output layer that ``config`` names (Choi, Cho, Lee (2023) App. D; the
-    entmax heads of Chapter 8, 08_sparse, with ``config.alpha``)."""
+    entmax heads of Chapter 8, 08_sparse, with ``config.alpha``).
+
+    GPT-2 (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7, 07_gpt2): ``GPT2LM.from_pretrained(
+    config.pretrained)`` (its n_embd and n_layer must equal ``hidden`` and ``layers``, its
+    vocabulary ``vocab_size``; dropout set to ``config.dropout``), or, with ``pretrained=None``, a
+    randomly initialised GPT-2 with n_embd = ``hidden``, n_layer = ``layers``, n_head =
+    ``attn_heads``, 1,024 positions, eos = bos = ``vocab_size - 1`` and every dropout
+    (residual, embedding, attention) = ``config.dropout``."""
+    config = validate_config(config)
     kwargs = {} if config.alpha is None else {"alpha": config.alpha}
     head = head_from_name(config.head, eps=config.eps, **kwargs)
-    return build_model(config.arch, vocab_size, hidden=config.hidden, layers=config.layers,
-                       dropout=config.dropout, head=head)
+    if config.arch != "gpt2":
+        return build_model(config.arch, vocab_size, hidden=config.hidden, layers=config.layers,
+                           dropout=config.dropout, head=head)
+    if config.pretrained is None:
+        return GPT2LM.from_config(head=head, n_embd=config.hidden, n_layer=config.layers, n_head=config.attn_heads,
+                                  n_positions=GPT2_MAX_POSITIONS, vocab_size=vocab_size, bos_token_id=vocab_size - 1,
+                                  eos_token_id=vocab_size - 1, resid_pdrop=config.dropout, embd_pdrop=config.dropout,
+                                  attn_pdrop=config.dropout)
+    model = GPT2LM.from_pretrained(config.pretrained, head=head)
+    hf = model.model.config
+    if (hf.n_embd, hf.n_layer, hf.vocab_size) != (config.hidden, config.layers, vocab_size):
+        raise ValueError(f"pretrained {config.pretrained!r} has n_embd {hf.n_embd}, n_layer {hf.n_layer}, vocabulary "
+                         f"{hf.vocab_size}; the config says hidden {config.hidden}, layers {config.layers} and the "
+                         f"data's vocabulary has {vocab_size} ids: set hidden/layers to the model's")
+    for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
+        setattr(hf, name, config.dropout)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = config.dropout
+    return model
+
+
+def parameter_groups(model: torch.nn.Module, config: ExperimentConfig) -> list[dict]:
+    """AdamW parameter groups (Loshchilov & Hutter 2019; Choi, Cho, Lee (2023) App. D; Chapter 7,
+    07_gpt2): one group with every parameter (weight decay ``config.weight_decay``) unless
+    ``config.no_decay_bias_norm``; then two groups, ``{"params": <parameters with ndim >= 2>,
+    "weight_decay": config.weight_decay}`` and ``{"params": <ndim < 2: biases, LayerNorm gains and
+    biases>, "weight_decay": 0.0}`` (shared, e.g. tied, parameters counted once). Each group also
+    has a ``"name"``."""
+    config = validate_config(config)
+    if not config.no_decay_bias_norm:
+        return [{"params": list(model.parameters()), "weight_decay": config.weight_decay, "name": "all"}]
+    decay, no_decay = [], []
+    for _, param in model.named_parameters():
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append(param)
+    return [{"params": decay, "weight_decay": config.weight_decay, "name": "decay (ndim >= 2)"},
+            {"params": no_decay, "weight_decay": 0.0, "name": "no decay (biases, LayerNorm)"}]
+
+
+def linear_lr(base_lr: float, step: int, decay_steps: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) under linear decay:
+    ``base_lr * max(0, 1 - step / decay_steps)`` (Choi, Cho, Lee (2023) App. D's linear schedule,
+    without warm-up; Chapter 7, 07_gpt2)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+    from .._validation import check_positive_int
+
+    decay_steps = check_positive_int(decay_steps, "decay_steps")
+    return base_lr * max(0.0, 1.0 - step / decay_steps)
 
 
 # ------------------------------------------------------------------------------- evaluation
@@ -313,10 +439,13 @@ class TrainedRun:
     perplexity is infinite as soon as one reference word falls outside the support.
     ``val_loss``/``test_loss``: the mean of the head's own per-token loss (log perplexity for
     va/st/nmst, computed as the log of the perplexity; the mean entmax loss for the entmax heads).
+    ``step_losses``: the training loss of every optimizer step (the mean per-token loss of the
+    whole global batch, over all micro-batches and processes; Chapter 7, 07_gpt2), in order;
+    ``optimizer_steps``: how many steps were taken.
     """
 
     config: ExperimentConfig
-    model: RecurrentLM
+    model: RecurrentLM | GPT2LM
     data: PreparedData
     history: list[dict]
     best_epoch: int
@@ -330,12 +459,15 @@ class TrainedRun:
     resumed_from: dict | None = None
     val_loss: float | None = None
     test_loss: float | None = None
+    step_losses: list[float] = field(default_factory=list)
+    optimizer_steps: int = 0
+    world_size: int = 1
 
 
 @dataclass
 class _Progress:
     epoch: int = 0  # completed epochs
-    step: int = 0  # batches done in the current epoch
+    step: int = 0  # batches (= optimizer steps) done in the current epoch
     # The best validation score so far (see selection_metric: perplexity for va/st/nmst, mean entmax
     # loss for the entmax heads); the name predates the entmax heads and is kept so that existing
     # checkpoints load.
@@ -349,6 +481,24 @@ class _Progress:
     train_seconds: float = 0.0
     epoch_loss_sum: float = 0.0
     epoch_tokens: int = 0
+    # Chapter 7 (07_gpt2); absent from older checkpoints, whose defaults are right for them
+    opt_step: int = 0  # optimizer steps taken in the whole run
+    step_losses: list = field(default_factory=list)  # global mean loss of every optimizer step
+    reached_max_steps: bool = False
+
+
+def _progress_state(prog: _Progress) -> dict:
+    state = {k: getattr(prog, k) for k in prog.__dataclass_fields__ if k != "step_losses"}
+    state["step_losses"] = torch.tensor(prog.step_losses, dtype=torch.float64)  # a tensor: cheap to store
+    return state
+
+
+def _progress_from_state(state: dict) -> _Progress:
+    state = dict(state)
+    losses = state.pop("step_losses", None)
+    prog = _Progress(**state)
+    prog.step_losses = [] if losses is None else [float(v) for v in torch.as_tensor(losses).tolist()]
+    return prog
 
 
 def _checkpoint_payload(config, vocab, model, optimizer, scaler, best_state, prog: _Progress) -> dict:
@@ -363,11 +513,11 @@ def _checkpoint_payload(config, vocab, model, optimizer, scaler, best_state, pro
         "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict() if scaler is not None else None,
         "rng": _rng_state(),
-        "progress": {k: getattr(prog, k) for k in prog.__dataclass_fields__},
+        "progress": _progress_state(prog),
     }
 
 
-def _check_checkpoint_matches(ckpt: dict, config: ExperimentConfig, vocab: D.Vocabulary, path: Path) -> None:
+def _check_checkpoint_matches(ckpt: dict, config: ExperimentConfig, vocab, path: Path) -> None:
     if ckpt.get("training_hash") != training_hash(config):
         stored, current = ckpt.get("config", {}), config.to_dict()
         diff = [k for k in sorted(set(stored) | set(current))
@@ -384,6 +534,23 @@ def _check_checkpoint_matches(ckpt: dict, config: ExperimentConfig, vocab: D.Voc
         )
 
 
+def _decay_horizon(config: ExperimentConfig, data: PreparedData) -> int:
+    """Optimizer steps of the linear schedule: ``config.lr_decay_steps``, else ``max_epochs`` x the
+    batches of epoch 1 (one optimizer step per batch)."""
+    if config.lr_decay_steps is not None:
+        return config.lr_decay_steps
+    batches = D.bucket_batches(data.train.lengths, config.batch_size, max_tokens=config.max_batch_tokens,
+                               shuffle=True, generator=D.epoch_generator(config.seed, 0))
+    return max(1, config.max_epochs * len(batches))
+
+
+def _reseed_other_rank(config: ExperimentConfig, ctx: DistContext, opt_step: int) -> None:
+    """Ranks > 0 draw their dropout masks from their own stream (seeded by seed, rank and the
+    optimizer step at which they (re)start); rank 0's stream is the single-process one."""
+    if ctx.rank > 0:
+        torch.manual_seed((config.seed * 1_000_003 + ctx.rank) * 1_000_003 + opt_step)
+
+
 def train(
     config: ExperimentConfig,
     *,
@@ -395,40 +562,60 @@ def train(
     checkpoint_every: int | None = None,
     log: Callable[[str], None] | None = None,
     log_steps: bool = False,
+    dist: DistContext | None = None,
 ) -> TrainedRun:
     """Train the model of ``config`` (Choi, Cho, Lee (2023) Sec. 4.1 and App. D; Chapter 6,
-    06_wikitext).
+    06_wikitext; GPT-2: Sec. 4.2, Chapter 7, 07_gpt2). One loop for every arch.
 
-    AdamW(lr, betas, weight_decay) on the mean of the head's own per-token loss
-    (:meth:`nmst_lib.models.RecurrentLM.loss`); per epoch, bucketed batches in an order fixed by
-    ``(seed, epoch)``; gradient-norm clipping; after the epoch the validation score
+    AdamW(lr, betas, weight_decay; :func:`parameter_groups`: no decay on biases and LayerNorm
+    with ``no_decay_bias_norm``) on the mean of the head's own per-token loss
+    (:meth:`nmst_lib.models.RecurrentLM.token_loss`); per epoch, bucketed batches in an order fixed by
+    ``(seed, epoch)``; one optimizer step per batch; gradient-norm clipping; after the epoch the validation score
     (:func:`selection_metric`: perplexity for va/st/nmst, mean entmax loss for the entmax heads of
-    Chapter 8, 08_sparse) decides: improvement -> remember these weights; none -> multiply the lr
-    by ``lr_decay``, and stop after ``patience`` such epochs in a row. The returned model holds the best epoch's
-    weights. On CUDA the forward pass runs under autocast to :func:`autocast_dtype` (bfloat16, or
+    Chapter 8, 08_sparse) decides: improvement -> remember these weights; none -> (``lr_schedule``
+    ``plateau``) multiply the lr by ``lr_decay``, and stop after ``patience`` such epochs in a row.
+    With ``lr_schedule="linear"`` the lr of optimizer step s is :func:`linear_lr` (lr, s,
+    ``lr_decay_steps``, default ``max_epochs`` x steps per epoch); early stopping is the same.
+    Training also stops after ``max_steps`` optimizer steps (the partial epoch is validated).
+    The returned model holds the best epoch's weights. On CUDA the forward pass runs under autocast to :func:`autocast_dtype` (bfloat16, or
     float16) with a ``GradScaler``; the output layer runs in float32.
 
-    A checkpoint ``<checkpoint_dir>/<key>.pt`` is written atomically after every epoch (and
-    every ``checkpoint_every`` batches when given). ``resume=True`` continues from it (also a
+    Gradient accumulation and data parallelism (:mod:`nmst_lib.experiments.distributed`): each
+    batch is split row-wise into ``grad_accum`` micro-batches per process (``dist``, default
+    :func:`nmst_lib.experiments.distributed.init_distributed`: the ``torchrun`` environment, else
+    one process), and every micro-batch's summed loss is divided by the scored tokens of the whole
+    batch, so the update equals the one of the whole batch in one piece (up to floating-point
+    summation order): ``grad_accum`` and the number of processes change memory and speed, not
+    the optimisation. The loss of every optimizer step (over the whole batch) is recorded
+    (``TrainedRun.step_losses``). With ``grad_accum = 1`` on one process the loop is the
+    Chapter 6 one, bit for bit.
+
+    A checkpoint :func:`checkpoint_path` is written atomically after every epoch (and
+    every ``checkpoint_every`` batches when given) by rank 0 only. ``resume=True`` continues from it (also a
     finished run: then nothing is trained), restoring weights, optimizer, RNG states and the
     position in the epoch; without ``resume`` an existing checkpoint is overwritten.
     Config and data problems raise before any training step.
     """
     config = validate_config(config)
-    say = log or (lambda msg: None)
     if checkpoint_every is not None:
         from .._validation import check_positive_int
 
         checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
-    device = torch.device(device) if device is not None else default_device()
+    ctx = dist if dist is not None else init_distributed(device)
+    if not isinstance(ctx, DistContext):
+        raise TypeError(f"dist must be a DistContext (see nmst_lib.experiments.distributed), got {type(ctx).__name__}")
+    say = (log or (lambda msg: None)) if ctx.is_main else (lambda msg: None)
+    progress = progress and ctx.is_main
+    device = ctx.device if ctx.distributed else (torch.device(device) if device is not None else default_device())
     data = data if data is not None else prepare_data(config)
     vocab = data.vocab
-    path = checkpoint_path(config, checkpoint_dir)
+    path = checkpoint_path(config, checkpoint_dir)  # the file to resume from (a legacy .pt when only that exists)
+    write_path = _checkpoint_file(config, checkpoint_dir)
 
     seed_everything(config.seed)
     model = build_model_for(config, len(vocab)).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
-                                  weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config) if config.no_decay_bias_norm else model.parameters(),
+                                  lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     # Loss scaling under any CUDA autocast: float16 has 5 exponent bits, and the cuDNN RNN/LSTM runs in
     # float16 even under bfloat16 autocast (see autocast_dtype); with bfloat16 elsewhere it costs nothing.
     scaler = torch.amp.GradScaler(device.type) if autocast_dtype(device) is not None else None
@@ -444,24 +631,29 @@ def train(
         if scaler is not None and ckpt.get("scaler"):
             scaler.load_state_dict(ckpt["scaler"])
         best_state = ckpt["best_model"]
-        prog = _Progress(**ckpt["progress"])
+        prog = _progress_from_state(ckpt["progress"])
         _set_rng_state(ckpt["rng"])
         resumed_from = {"epoch": prog.epoch, "step": prog.step}
         say(f"[train] {config.key}: resumed from {path.name} at epoch {prog.epoch} + {prog.step} batches")
     elif resume:
         say(f"[train] {config.key}: no checkpoint at {path}; starting from scratch")
+    _reseed_other_rank(config, ctx, prog.opt_step)
 
     for group in optimizer.param_groups:
         group["lr"] = prog.lr
 
     def checkpoint():
-        save_checkpoint(path, _checkpoint_payload(config, vocab, model, optimizer, scaler, best_state, prog))
+        if ctx.is_main:
+            save_checkpoint(write_path, _checkpoint_payload(config, vocab, model, optimizer, scaler, best_state, prog))
 
+    horizon = _decay_horizon(config, data) if config.lr_schedule == "linear" else None
+    loss_module = wrap_model(model, ctx) if (ctx.distributed or config.grad_accum > 1) else None
     metric = selection_metric(config)
     start_time = time.perf_counter() - prog.train_seconds
     while not prog.finished and prog.epoch < config.max_epochs:
         prog = _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every,
-                                checkpoint, say, log_steps, start_time)
+                                checkpoint, say, log_steps, start_time, ctx=ctx, loss_module=loss_module,
+                                horizon=horizon)
         score = _validation_score(config, model, data.valid)
         if math.isnan(score):
             raise FloatingPointError(f"{config.key}: the validation {metric} is NaN after epoch {prog.epoch + 1} "
@@ -469,23 +661,27 @@ def train(
         epoch_no = prog.epoch + 1
         record = {"epoch": epoch_no, "lr": prog.lr, metric: score,
                   "train_loss": prog.epoch_loss_sum / max(prog.epoch_tokens, 1), "train_tokens": prog.epoch_tokens}
+        if config.lr_schedule != "plateau" or config.max_steps is not None or config.grad_accum != 1:
+            record["optimizer_steps"] = prog.opt_step  # Chapter 7's runs; Chapter 6's records keep their keys
         if score < prog.best_val_ppl:
             prog.best_val_ppl, prog.best_epoch, prog.bad_epochs = score, epoch_no, 0
             best_state = _clone_state(model)
         else:
             prog.bad_epochs += 1
-            prog.lr *= config.lr_decay
-            for group in optimizer.param_groups:
-                group["lr"] = prog.lr
+            if config.lr_schedule == "plateau":
+                prog.lr *= config.lr_decay
+                for group in optimizer.param_groups:
+                    group["lr"] = prog.lr
         prog.history.append(record)
         prog.epoch, prog.step, prog.epoch_loss_sum, prog.epoch_tokens = epoch_no, 0, 0.0, 0
         prog.stopped_early = prog.bad_epochs >= config.patience
-        prog.finished = prog.stopped_early or prog.epoch >= config.max_epochs
+        prog.finished = prog.stopped_early or prog.epoch >= config.max_epochs or prog.reached_max_steps
         prog.train_seconds = time.perf_counter() - start_time
         checkpoint()
         say(f"[train] {config.key}: epoch {epoch_no}/{config.max_epochs} train_loss {record['train_loss']:.4f} "
             f"{metric} {score:.{2 if metric == 'val_ppl' else 4}f} lr {record['lr']:.2e}"
-            f"{' (best)' if prog.best_epoch == epoch_no else ''}")
+            f"{' (best)' if prog.best_epoch == epoch_no else ''}"
+            f"{f' (max_steps {config.max_steps} reached)' if prog.reached_max_steps else ''}")
 
     if not prog.finished:  # max_epochs reached by a resumed run whose flag was not set
         prog.finished = True
@@ -502,50 +698,103 @@ def train(
         test_loss = evaluate_loss(model, data.test, config.batch_size * 2, config.max_batch_tokens)
     return TrainedRun(config=config, model=model, data=data, history=list(prog.history), best_epoch=prog.best_epoch,
                       epochs_run=prog.epoch, stopped_early=prog.stopped_early, val_ppl=val_ppl, test_ppl=test_ppl,
-                      train_seconds=prog.train_seconds, device=str(device), checkpoint=str(path),
-                      resumed_from=resumed_from, val_loss=val_loss, test_loss=test_loss)
+                      train_seconds=prog.train_seconds, device=str(device), checkpoint=str(write_path),
+                      resumed_from=resumed_from, val_loss=val_loss, test_loss=test_loss,
+                      step_losses=list(prog.step_losses), optimizer_steps=prog.opt_step, world_size=ctx.world_size)
 
 
 def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every, checkpoint,
-                     say, log_steps, start_time) -> _Progress:
-    """One epoch (or the rest of one, from ``prog.step``) of teacher-forced training."""
+                     say, log_steps, start_time, *, ctx: DistContext | None = None, loss_module=None,
+                     horizon: int | None = None) -> _Progress:
+    """One epoch (or the rest of one, from ``prog.step``) of teacher-forced training: one
+    optimizer step per batch, the batch split into micro-batches over ``grad_accum`` and the
+    processes of ``ctx`` (see :func:`train`)."""
     from tqdm.auto import tqdm
 
+    ctx = ctx if ctx is not None else DistContext(device=device)
     epoch = prog.epoch  # 0-based index of the running epoch
     batches = D.bucket_batches(data.train.lengths, config.batch_size, max_tokens=config.max_batch_tokens,
                                shuffle=True, generator=D.epoch_generator(config.seed, epoch))
+    k = config.context_len
     total_tokens = data.train.num_target_tokens
-    done_tokens = sum(int((data.train.lengths[b] - config.context_len).sum()) for b in batches[:prog.step])
+    done_tokens = sum(int((data.train.lengths[b] - k).sum()) for b in batches[:prog.step])
     bar = tqdm(total=total_tokens, initial=done_tokens, unit="tok", unit_scale=True, disable=not progress,
                desc=f"{config.label} epoch {epoch + 1}/{config.max_epochs}", leave=False, dynamic_ncols=True)
     model.train()
     with bar:
         for i in range(prog.step, len(batches)):
-            batch = D.make_batch(data.train, batches[i]).to(device)
-            with _autocast(device):
-                nll, count = model.token_loss(batch)  # the head's own loss: NLL for va/st/nmst
-            loss = nll / count
-            optimizer.zero_grad(set_to_none=True)
+            if config.max_steps is not None and prog.opt_step >= config.max_steps:
+                prog.reached_max_steps = True
+                break
+            if horizon is not None:  # linear schedule: the lr of this optimizer step
+                prog.lr = linear_lr(config.lr, prog.opt_step, horizon)
+                for group in optimizer.param_groups:
+                    group["lr"] = prog.lr
+            if loss_module is None:  # one process, one micro-batch: Chapter 6's step, bit for bit
+                batch = D.make_batch(data.train, batches[i]).to(device)
+                with _autocast(device):
+                    nll, count = model.token_loss(batch)  # the head's own loss: NLL for va/st/nmst
+                loss = nll / count
+                optimizer.zero_grad(set_to_none=True)
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+                step_sum, n = float(nll.detach()), int(count)
+            else:
+                step_sum, n = _accumulate(config, data, batches[i], device, scaler, optimizer, loss_module, ctx)
             if scaler is not None:
-                scaler.scale(loss).backward()
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
                 scaler.step(optimizer)
                 scaler.update()
             else:
-                loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
                 optimizer.step()
-            n = int(count)
-            prog.epoch_loss_sum += float(nll.detach())
+            prog.epoch_loss_sum += step_sum
             prog.epoch_tokens += n
             prog.step = i + 1
+            prog.opt_step += 1
+            step_loss = step_sum / max(n, 1)
+            prog.step_losses.append(step_loss)
             bar.update(n)
-            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", lr=f"{prog.lr:.1e}", refresh=False)
+            bar.set_postfix(loss=f"{step_loss:.3f}", lr=f"{prog.lr:.1e}", refresh=False)
             if log_steps:
-                say(f"[step] epoch {epoch + 1} batch {i + 1}/{len(batches)} loss {float(loss.detach()):.4f}")
+                say(f"[step] epoch {epoch + 1} batch {i + 1}/{len(batches)} loss {step_loss:.4f}")
             if checkpoint_every and prog.step % checkpoint_every == 0 and prog.step < len(batches):
                 prog.train_seconds = time.perf_counter() - start_time
                 checkpoint()
+        else:
+            if config.max_steps is not None and prog.opt_step >= config.max_steps:
+                prog.reached_max_steps = True
     return prog
 
+
+def _accumulate(config, data, indices, device, scaler, optimizer, loss_module, ctx: DistContext) -> tuple[float, int]:
+    """Forward and backward passes of this process's micro-batches of one global batch
+    (:func:`nmst_lib.experiments.distributed.shard_rows`), each micro-batch's summed loss scaled by
+    ``world_size / (scored tokens of the whole batch)``, DDP's gradient all-reduce only on the
+    last one. An empty micro-batch runs one row weighted 0 (every process must call the same
+    collectives). Returns the summed loss and the scored tokens of the whole batch (all
+    processes), the numbers the step's logged loss is made of (Chapter 7, 07_gpt2)."""
+    k = config.context_len
+    total = int((data.train.lengths[indices] - k).sum())  # scored tokens of the global batch: known everywhere
+    parts = shard_rows(indices, ctx.rank, ctx.world_size, config.grad_accum)
+    optimizer.zero_grad(set_to_none=True)
+    local_sum = 0.0
+    for j, part in enumerate(parts):
+        weight = 1.0
+        if part.numel() == 0:
+            part, weight = indices[:1], 0.0
+        batch = D.make_batch(data.train, part).to(device)
+        with no_sync(loss_module, skip=j < len(parts) - 1):
+            with _autocast(device):
+                nll, _count = loss_module(batch)
+            loss = nll * (weight * ctx.world_size) / total
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        local_sum += weight * float(nll.detach())
+    step_sum, = all_reduce_sum([local_sum], ctx)
+    return step_sum, total
