@@ -287,9 +287,9 @@ def test_load_or_run_returns_the_current_result_without_training(stored, monkeyp
 
 def test_corrupted_or_truncated_checkpoint_is_a_clear_error(stored, tmp_path):
     config, base, _ = stored
-    good = (base / "ckpt" / f"{config.key}.pt").read_bytes()
-    assert load_checkpoint(base / "ckpt" / f"{config.key}.pt")["progress"]["finished"]
-    ckpt = tmp_path / f"{config.key}.pt"
+    good = (base / "ckpt" / f"{config.key}.safetensors").read_bytes()
+    assert load_checkpoint(base / "ckpt" / f"{config.key}.safetensors")["progress"]["finished"]
+    ckpt = tmp_path / f"{config.key}.safetensors"
     flipped = bytearray(good)
     flipped[len(good) // 2] ^= 0xFF
     for damaged in (good[: len(good) // 2], b"not a checkpoint", bytes(flipped)):
@@ -303,7 +303,7 @@ def test_corrupted_or_truncated_checkpoint_is_a_clear_error(stored, tmp_path):
 def test_resume_rejects_a_checkpoint_of_another_config_or_vocabulary(stored, monkeypatch):
     config, base, _ = stored
     ckpt_dir = base / "ckpt"
-    before = (ckpt_dir / f"{config.key}.pt").read_bytes()
+    before = (ckpt_dir / f"{config.key}.safetensors").read_bytes()
     monkeypatch.setattr(train_module, "_train_one_epoch", lambda *a, **k: pytest.fail("trained"))
     with pytest.raises(CheckpointError, match="different config.*hidden"):
         train(config.replace(hidden=40), checkpoint_dir=ckpt_dir, resume=True, progress=False)
@@ -311,7 +311,7 @@ def test_resume_rejects_a_checkpoint_of_another_config_or_vocabulary(stored, mon
     other = prepare_data(config, corpus=other_corpus)
     with pytest.raises(CheckpointError, match="vocabulary mismatch"):
         train(config, checkpoint_dir=ckpt_dir, resume=True, data=other, progress=False)
-    assert (ckpt_dir / f"{config.key}.pt").read_bytes() == before
+    assert (ckpt_dir / f"{config.key}.safetensors").read_bytes() == before
     # decoding settings do not touch the weights: the same checkpoint serves other decoders
     run = train(config.replace(decoders=("greedy",)), checkpoint_dir=ckpt_dir, resume=True, progress=False)
     assert run.resumed_from is not None
@@ -329,7 +329,7 @@ def test_interrupted_run_resumes_from_the_epoch_checkpoint_to_the_same_result(re
 
     with pytest.raises(KeyboardInterrupt):
         train(config, checkpoint_dir=tmp_path, progress=False, log=interrupt, log_steps=True)
-    assert load_checkpoint(tmp_path / f"{config.key}.pt")["progress"]["epoch"] == 1
+    assert load_checkpoint(tmp_path / f"{config.key}.safetensors")["progress"]["epoch"] == 1
     resumed = train(config, checkpoint_dir=tmp_path, resume=True, progress=False)
     assert resumed.resumed_from == {"epoch": 1, "step": 0}
     assert resumed.val_ppl == reference.val_ppl
@@ -357,7 +357,7 @@ def test_killed_cli_training_resumes_mid_epoch_to_the_same_result(reference_run,
         proc.stdout.close()
         proc.wait(timeout=120)
     assert proc.returncode == -signal.SIGKILL, "".join(seen[-20:])
-    ckpt = load_checkpoint(tmp_path / f"{config.key}.pt")
+    ckpt = load_checkpoint(tmp_path / f"{config.key}.safetensors")
     assert not ckpt["progress"]["finished"]
     resumed = train(config, checkpoint_dir=tmp_path, resume=True, progress=False)
     assert resumed.resumed_from["epoch"] == 1 and resumed.resumed_from["step"] >= 2  # mid-epoch

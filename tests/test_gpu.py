@@ -217,7 +217,7 @@ def test_quick_training_on_cuda_under_autocast(amp, fixture_data_env, tmp_path, 
     # cuDNN's LSTM runs in float16 under autocast even when the rest is bfloat16 (ATen's autocast
     # wrapper of _cudnn_rnn), hence a GradScaler for both dtypes
     assert rnn_dtypes <= {torch.float16, dtype, torch.float32}, rnn_dtypes
-    ckpt = load_checkpoint(tmp_path / "gpu" / f"{config.key}.pt")
+    ckpt = load_checkpoint(tmp_path / "gpu" / f"{config.key}.safetensors")
     assert ckpt["scaler"] is not None and 0 < float(ckpt["scaler"]["scale"]) < math.inf
     resumed = train(config, checkpoint_dir=tmp_path / "gpu", data=data, device="cuda", resume=True, progress=False)
     assert resumed.resumed_from is not None and resumed.val_ppl == pytest.approx(run.val_ppl, rel=1e-4)

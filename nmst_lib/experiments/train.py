@@ -11,15 +11,14 @@ accumulation, ``max_steps``, and data-parallel training over several processes
 Reproducibility: every random choice comes from a seed (python, numpy, torch; the data order
 from a generator seeded by ``(seed, epoch)``); checkpoints hold the RNG states, so a run that
 is killed and resumed reaches the same final validation perplexity as an uninterrupted one
-(bit for bit on CPU). Checkpoints are read only with ``torch.load(weights_only=True)`` after
-a sha256 check: a truncated or corrupted file raises :class:`CheckpointError`.
+(bit for bit on CPU). Checkpoints are safetensors files with a sha256 over their contents
+(:mod:`nmst_lib.experiments.checkpoints`; files of the earlier ``.pt`` format are still read): a
+truncated or corrupted file raises :class:`CheckpointError`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import math
 import random
 import time
@@ -33,6 +32,7 @@ import torch
 from .. import data as D
 from ..heads import head_from_name
 from ..models import GPT2LM, RecurrentLM, build_model
+from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from .config import (
     DECODING_FIELDS,
     GPT2_MAX_POSITIONS,
@@ -42,7 +42,7 @@ from .config import (
     validate_config,
 )
 from .distributed import DistContext, all_reduce_sum, init_distributed, no_sync, shard_rows, wrap_model
-from .results import atomic_write_bytes, is_source_checkout, user_cache_dir
+from .results import is_source_checkout, user_cache_dir
 
 __all__ = [
     "CheckpointError",
@@ -66,13 +66,6 @@ __all__ = [
     "train",
 ]
 
-_MAGIC = b"NMSTCKPT1\n"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is corrupted, truncated, or does not belong to this config/data."""
-
-
 def default_device() -> torch.device:
     """CUDA when available, else CPU (same code path on both)."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -88,7 +81,7 @@ def default_checkpoint_dir() -> Path:
     return user_cache_dir() / "checkpoints" / "wikitext2"
 
 
-_CHECKPOINT_SUFFIX = ".pt"
+_CHECKPOINT_SUFFIX = ".safetensors"
 _LEGACY_SUFFIX = ".pt"
 
 
@@ -99,7 +92,10 @@ def _checkpoint_file(config: ExperimentConfig, checkpoint_dir=None) -> Path:
 
 
 def checkpoint_path(config: ExperimentConfig, checkpoint_dir=None) -> Path:
-    """The checkpoint file of ``config``: ``<checkpoint_dir>/<key>.pt``."""
+    """The checkpoint file of ``config``: ``<checkpoint_dir>/<key>.safetensors``
+    (:mod:`nmst_lib.experiments.checkpoints`), or ``<checkpoint_dir>/<key>.pt`` when only a
+    checkpoint of the earlier format exists there (it is read, and the next checkpoint is
+    written as ``.safetensors``). ``checkpoint_dir`` defaults to :func:`default_checkpoint_dir`."""
     path = _checkpoint_file(config, checkpoint_dir)
     legacy = path.with_name(f"{config.key}{_LEGACY_SUFFIX}")
     if not path.is_file() and legacy.is_file():
@@ -370,37 +366,6 @@ def _validation_score(config: ExperimentConfig, model: RecurrentLM, data: D.Sequ
 
 
 # ------------------------------------------------------------------------------ checkpoints
-
-
-def save_checkpoint(path: str | Path, payload: dict) -> None:
-    """Write ``payload`` (tensors, numbers, strings, lists, dicts) with a sha256 header,
-    atomically (temporary file + fsync + ``os.replace``)."""
-    buf = io.BytesIO()
-    torch.save(payload, buf)
-    body = buf.getvalue()
-    digest = hashlib.sha256(body).hexdigest().encode("ascii")
-    atomic_write_bytes(path, _MAGIC + digest + b"\n" + body)
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint`: check the header and the sha256,
-    then ``torch.load(..., weights_only=True)``. Raises :class:`CheckpointError` when the file
-    is truncated, corrupted or not a checkpoint."""
-    path = Path(path)
-    raw = path.read_bytes()
-    head_len = len(_MAGIC) + 64 + 1
-    if not raw.startswith(_MAGIC) or len(raw) < head_len:
-        raise CheckpointError(f"{path} is not an nmst_lib checkpoint (bad header); delete it and train again")
-    digest, body = raw[len(_MAGIC):head_len - 1].decode("ascii", "replace"), raw[head_len:]
-    if hashlib.sha256(body).hexdigest() != digest:
-        raise CheckpointError(
-            f"checkpoint {path} is corrupted or truncated (sha256 mismatch); delete it and train again "
-            "without --resume"
-        )
-    try:
-        return torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
-    except Exception as err:  # pragma: no cover - checksum passed but unpickling failed
-        raise CheckpointError(f"checkpoint {path} could not be loaded ({err}); delete it and train again") from err
 
 
 def _rng_state() -> dict:
