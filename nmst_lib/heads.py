@@ -68,6 +68,7 @@ __all__ = [
     "NMSTEntmaxHead",
     "head_from_name",
     "HEAD_NAMES",
+    "nll_token_losses",
 ]
 
 _LOG_HALF = -math.log(2.0)
@@ -371,6 +372,96 @@ def _log_probs_with_eos_rule(logits: torch.Tensor, eos_id: int, eos_rule, *rule_
     return _assemble_log_probs(logits, eos_id, log_p_eos, log_keep)
 
 
+class _LeanNLL(torch.autograd.Function):
+    """``-log p(y_t)`` per position for the vanilla (``eos_id is None``), ST and NMST layers,
+    keeping ONE ``[..., V]`` tensor for backward: the log-probabilities, which the backward
+    overwrites in place with the gradient of the logits (Chapter 7, 07_gpt2, memory).
+
+    Forward: exactly :meth:`OutputHead.token_losses` (log-probabilities as in ``forward``, then
+    the target's entry, negated). Backward, with ``g`` the upstream gradient per position and
+    ``c_t = g_t [y_t != eos]``: vanilla ``dz = p g - e_y g`` (the log-softmax backward of a
+    one-hot upstream gradient); ST/NMST ``dz_v = q_v c - e_y c`` for ``v != eos`` (``q`` = softmax
+    over the non-eos logits, as in :class:`_EosSplitLogSoftmax` with ``d/d log(1 - p(eos)) = -c``
+    and ``d/d log p(eos) = -g [y = eos]``), the eos column from the eos rule. Where the autograd
+    path materialises a one-hot ``[..., V]`` upstream gradient, a fresh gradient and the saved
+    log-probabilities (three tensors at once), this one needs the saved tensor only. A second
+    backward through the same graph (``retain_graph=True``) is refused by autograd's in-place check.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, eos_id, eos_rule, *rule_inputs):
+        if eos_id is None:
+            out = torch.log_softmax(logits, dim=-1)
+            ctx.save_for_backward(out, targets)
+        else:
+            eos_logits = logits[..., eos_id].clone()
+            log_p_eos, log_keep = eos_rule(eos_logits, *rule_inputs)
+            out = _assemble_log_probs(logits, eos_id, log_p_eos, log_keep)
+            ctx.save_for_backward(out, targets, eos_logits, log_keep, *rule_inputs)
+        ctx.eos_id, ctx.eos_rule = eos_id, eos_rule
+        return -out.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_losses):
+        eos_id = ctx.eos_id
+        out, targets, *rest = ctx.saved_tensors
+        index = targets.unsqueeze(-1)
+        if eos_id is None:
+            grad = out.exp_()  # p, in the saved tensor's memory
+            grad.mul_(grad_losses.unsqueeze(-1))
+            grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
+            return (grad if ctx.needs_input_grad[0] else None), None, None, None
+        eos_logits, log_keep, *rule_inputs = rest
+        is_eos = targets == eos_id
+        zero = torch.zeros((), dtype=grad_losses.dtype, device=grad_losses.device)
+        grad_log_p_eos = torch.where(is_eos, -grad_losses, zero)
+        grad_log_keep = torch.where(is_eos, zero, -grad_losses)
+        grad = None
+        if ctx.needs_input_grad[0]:
+            grad = out.sub_(log_keep.unsqueeze(-1)).exp_()  # q; its eos column is overwritten below
+            grad.mul_(torch.where(is_eos, zero, grad_losses).unsqueeze(-1))
+            grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
+        with torch.enable_grad():
+            leaves = [eos_logits.detach().requires_grad_(ctx.needs_input_grad[0])]
+            leaves += [x.detach().requires_grad_(need) for x, need in zip(rule_inputs, ctx.needs_input_grad[4:])]
+            wanted = [leaf for leaf in leaves if leaf.requires_grad]
+            log_p_eos, log_keep = ctx.eos_rule(*leaves)
+            grads = iter(torch.autograd.grad((log_p_eos, log_keep), wanted, (grad_log_p_eos, grad_log_keep),
+                                             allow_unused=True, materialize_grads=True))
+        if grad is not None:
+            grad[..., eos_id] = next(grads)
+        rule_grads = [next(grads) if leaf.requires_grad else None for leaf in leaves[1:]]
+        return (grad, None, None, None, *rule_grads)
+
+
+def nll_token_losses(head, logits: torch.Tensor, targets: torch.Tensor,
+                     context_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``head.token_losses(logits, targets, context_mask)`` with less memory for backward.
+
+    For the vanilla, ST and NMST layers (loss ``-log p(y_t)``, Choi, Cho, Lee (2023) eq. 3) the
+    forward values are the same, bit for bit, and the gradient is the same function; autograd
+    keeps a single ``[..., V]`` tensor (the log-probabilities) and the backward reuses its memory
+    instead of allocating two more (:class:`_LeanNLL`). Other heads (entmax, NMST-entmax) and
+    calls without gradients go through ``head.token_losses`` unchanged. Used by
+    :meth:`nmst_lib.models.GPT2LM.token_loss`, where ``V = 50,257`` makes every ``[B, T, V]``
+    float32 tensor count (Chapter 7, 07_gpt2).
+    """
+    if not isinstance(head, OutputHead):
+        raise TypeError(f"head must be an output layer from nmst_lib.heads, got {type(head).__name__}")
+    lean = type(head) in (VanillaHead, STHead, NMSTHead)
+    if not (lean and torch.is_grad_enabled() and isinstance(logits, torch.Tensor) and logits.requires_grad):
+        return head.token_losses(logits, targets, context_mask)
+    if type(head) is VanillaHead:
+        logits = _check_logits(logits)
+        _check_context_mask(context_mask, logits)
+        targets = _check_targets(targets, logits)
+        return _LeanNLL.apply(logits, targets, None, None)
+    logits, eos_id, rule = head._teacher_forcing_rule(logits, context_mask)
+    targets = _check_targets(targets, logits)
+    return _LeanNLL.apply(logits, targets, eos_id, rule)
+
+
 # ----------------------------------------------------------------------------- functional API
 
 
@@ -635,10 +726,15 @@ class STHead(_SelfTerminatingBase):
 
     name = "ST"
 
-    def forward(self, logits, context_mask=None):
+    def _teacher_forcing_rule(self, logits, context_mask):
+        """``(logits, eos_id, eos_rule)`` of :meth:`forward` (shared with :func:`nll_token_losses`)."""
         logits, eos_id, is_step = self._prepare(logits, context_mask)
         log1m_eps = self.log1m_eps
-        return _log_probs_with_eos_rule(logits, eos_id, lambda z: _st_rule(z, log1m_eps, is_step))
+        return logits, eos_id, lambda z: _st_rule(z, log1m_eps, is_step)
+
+    def forward(self, logits, context_mask=None):
+        logits, eos_id, rule = self._teacher_forcing_rule(logits, context_mask)
+        return _log_probs_with_eos_rule(logits, eos_id, rule)
 
     def initial_step_state(self, batch_size, device=None):
         return torch.zeros(_check_batch_size(batch_size), device=device)
@@ -668,14 +764,19 @@ class NMSTHead(_SelfTerminatingBase):
 
     name = "NMST"
 
-    def forward(self, logits, context_mask=None):
+    def _teacher_forcing_rule(self, logits, context_mask):
+        """``(logits, eos_id, eos_rule)`` of :meth:`forward` (shared with :func:`nll_token_losses`)."""
         logits, eos_id, is_step = self._prepare(logits, context_mask)
         if is_step is None:
             t = torch.arange(1, logits.shape[-2] + 1, device=logits.device)
         else:
             t = torch.cumsum(is_step, dim=-1)
         log1m_eps = self.log1m_eps
-        return _log_probs_with_eos_rule(logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t, is_step))
+        return logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t, is_step)
+
+    def forward(self, logits, context_mask=None):
+        logits, eos_id, rule = self._teacher_forcing_rule(logits, context_mask)
+        return _log_probs_with_eos_rule(logits, eos_id, rule)
 
     def initial_step_state(self, batch_size, device=None):
         return torch.zeros(_check_batch_size(batch_size), dtype=torch.long, device=device)

@@ -19,6 +19,10 @@ eos state in beam search).
 
 from __future__ import annotations
 
+import json
+import os
+import time
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -26,7 +30,8 @@ from torch import nn
 
 from ._validation import check_positive_int
 
-__all__ = ["RecurrentState", "RecurrentLM", "RNNLM", "LSTMLM", "build_model", "ARCHITECTURES", "GPT2LM", "GPT2State"]
+__all__ = ["RecurrentState", "RecurrentLM", "RNNLM", "LSTMLM", "build_model", "ARCHITECTURES", "GPT2LM", "GPT2State",
+           "UncachedGPT2", "UncachedGPT2State", "HEAD_FILE", "GPT2Unavailable"]
 
 
 class RecurrentState(NamedTuple):
@@ -225,6 +230,26 @@ def build_model(arch: str, vocab_size: int, *, hidden: int, layers: int, dropout
 # ------------------------------------------------------------------------------------ GPT-2
 
 
+HEAD_FILE = "nmst_head.json"
+"""The file in a :meth:`GPT2LM.save_pretrained` folder that names the output layer."""
+
+
+class GPT2Unavailable(OSError):
+    """Pretrained GPT-2 weights could not be loaded (hub unreachable and not cached, or not a GPT-2 folder)."""
+
+
+def _head_from_file(path: Path):
+    from .heads import head_from_name
+
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        return head_from_name(spec["name"], eps=spec.get("eps"), eos_id=spec.get("eos_id", -1),
+                              alpha=spec.get("alpha"))
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{path} does not describe an output layer ({err}); expected the JSON that "
+                         "GPT2LM.save_pretrained writes") from err
+
+
 class GPT2State(NamedTuple):
     """Decoding state of :class:`GPT2LM`: the key/value cache (a ``transformers``
     ``DynamicCache``; :meth:`GPT2LM.step` extends it in place, so a state is used once) and the
@@ -262,11 +287,76 @@ class GPT2LM(nn.Module):
         self.max_positions = int(model.config.n_positions)
 
     @classmethod
-    def from_pretrained(cls, name: str = "gpt2", head=None, **kwargs) -> "GPT2LM":
-        """Pretrained GPT-2 weights (``transformers.GPT2LMHeadModel.from_pretrained``)."""
+    def from_pretrained(cls, name_or_dir: str | os.PathLike = "gpt2", head=None, *, hub_timeout: float = 2.0,
+                        **kwargs) -> "GPT2LM":
+        """Pretrained GPT-2 (``transformers.GPT2LMHeadModel.from_pretrained``; Choi, Cho, Lee (2023)
+        Sec. 4.2 fine-tunes ``"gpt2"``; Chapter 7, 07_gpt2).
+
+        ``name_or_dir``: a folder written by :meth:`save_pretrained` (read without the network;
+        its output layer is restored from ``nmst_head.json`` unless ``head`` is given), or a hub
+        name such as ``"gpt2"``. For a hub name the hub is probed first
+        (:func:`nmst_lib.data.hub_is_reachable`, ``hub_timeout`` seconds): when it cannot be
+        reached, only the local Hugging Face cache is tried, and :class:`GPT2Unavailable` says
+        what to do within seconds instead of minutes of retries. ``head`` defaults to the
+        folder's head, else the vanilla softmax.
+        """
         from transformers import GPT2LMHeadModel
 
-        return cls(GPT2LMHeadModel.from_pretrained(name, **kwargs), head)
+        from .data import _go_offline, hub_is_reachable
+
+        # a folder: a path object, an existing path, or a string that can only be a path
+        if isinstance(name_or_dir, os.PathLike) or (isinstance(name_or_dir, str) and (
+                Path(name_or_dir).expanduser().exists() or name_or_dir.startswith((".", "/", "~", "\\")))):
+            folder = Path(name_or_dir).expanduser()
+            if not (folder / "config.json").is_file():
+                raise GPT2Unavailable(
+                    f"{folder} is not a GPT-2 folder (no config.json): pass a folder written by "
+                    "GPT2LM.save_pretrained (or transformers' save_pretrained), or a hub name such as 'gpt2'")
+            if head is None and (folder / HEAD_FILE).is_file():
+                head = _head_from_file(folder / HEAD_FILE)
+            return cls(GPT2LMHeadModel.from_pretrained(str(folder), local_files_only=True, **kwargs), head)
+        if not isinstance(name_or_dir, str) or not name_or_dir:
+            raise TypeError(f"name_or_dir must be a hub name such as 'gpt2' or a folder, got {name_or_dir!r}")
+        what_to_do = (
+            f"To use pretrained GPT-2 ({name_or_dir!r}) run where the Hugging Face hub is reachable (e.g. Colab), or "
+            "copy a folder written by GPT2LM.save_pretrained / transformers' save_pretrained and pass its path; "
+            "without pretrained weights use GPT2LM.from_config(...) (the 'cpu' profile trains a small GPT-2 from "
+            "scratch: not pretrained GPT-2)."
+        )
+        start = time.perf_counter()
+        if not hub_is_reachable(hub_timeout):
+            _go_offline()
+            try:  # the local Hugging Face cache may hold it
+                model = GPT2LMHeadModel.from_pretrained(name_or_dir, local_files_only=True, **kwargs)
+            except OSError as err:
+                raise GPT2Unavailable(
+                    f"the Hugging Face hub is not reachable (probe of huggingface.co:443 failed within "
+                    f"{hub_timeout:g} s, or HF_HUB_OFFLINE is set) and {name_or_dir!r} is not in the local cache "
+                    f"(gave up after {time.perf_counter() - start:.1f} s). {what_to_do}") from err
+            return cls(model, head)
+        try:
+            return cls(GPT2LMHeadModel.from_pretrained(name_or_dir, **kwargs), head)
+        except OSError as err:
+            raise GPT2Unavailable(f"loading {name_or_dir!r} from the Hugging Face hub failed ({err}). "
+                                  f"{what_to_do}") from err
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write the model to ``directory`` so that :meth:`from_pretrained` (directory) restores it
+        exactly, output layer included: the transformers files (``config.json`` and
+        ``model.safetensors``) and ``nmst_head.json`` (the head's name, eps, alpha, eos id).
+        Chapter 7 (07_gpt2). Returns the folder."""
+        folder = Path(directory).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} exists and is not a folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(folder))
+        spec = {"format": 1, "name": self.head.name, "eps": getattr(self.head, "eps", None),
+                "alpha": getattr(self.head, "alpha", None), "eos_id": int(getattr(self.head, "eos_id", -1)),
+                "note": "nmst_lib output layer (nmst_lib.heads.head_from_name); read by GPT2LM.from_pretrained"}
+        from .experiments.results import atomic_write_bytes
+
+        atomic_write_bytes(folder / HEAD_FILE, (json.dumps(spec, indent=1) + "\n").encode("utf-8"))
+        return folder
 
     @classmethod
     def from_config(cls, head=None, **config_kwargs) -> "GPT2LM":
@@ -293,13 +383,23 @@ class GPT2LM(nn.Module):
 
     def token_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Sum of the head's per-token loss over the scored tokens and their count (see
-        :meth:`RecurrentLM.token_loss`)."""
+        :meth:`RecurrentLM.token_loss`; the same values).
+
+        Memory (Chapter 7, 07_gpt2): at V = 50,257 each ``[B, T, V]`` float32 tensor is 200 kB
+        per token. The vanilla, ST and NMST losses go through
+        :func:`nmst_lib.heads.nll_token_losses`, so autograd keeps ONE such tensor (the
+        log-probabilities; the gradient ``softmax - one-hot`` needs it or the logits) and the
+        backward writes the logits' gradient into it. The transformers logits are not kept
+        (the output projection's backward needs its input and weight, not its output)."""
+        from .heads import nll_token_losses
+
         batch = batch.to(self.device)
         if batch.inputs.shape[1] > self.max_positions:
             raise ValueError(f"GPT-2 reads at most {self.max_positions} positions, got {batch.inputs.shape[1]}")
         logits = self.model(input_ids=batch.inputs, use_cache=False).logits
         with torch.autocast(device_type=logits.device.type, enabled=False):
-            losses = self.head.token_losses(logits.float(), batch.targets, batch.context_mask)
+            losses = nll_token_losses(self.head, logits.float(), batch.targets, batch.context_mask)
+        del logits
         scored = batch.target_mask
         return losses[scored].sum(), scored.sum()
     _check_eval = RecurrentLM._check_eval
@@ -335,3 +435,69 @@ class GPT2LM(nn.Module):
         layers = [(layer.keys.index_select(0, index), layer.values.index_select(0, index))
                   for layer in state.cache.layers]
         return GPT2State(DynamicCache(layers), state.head.index_select(0, index))
+
+
+class UncachedGPT2State(NamedTuple):
+    """Decoding state of :class:`UncachedGPT2`: every token so far ``[B, n]`` (context and
+    continuation) and the head's per-row state ``[B]``."""
+
+    tokens: torch.Tensor
+    head: torch.Tensor
+
+
+class UncachedGPT2:
+    """The decoding protocol for a :class:`GPT2LM` WITHOUT the key/value cache: every step runs
+    the Transformer over the whole prefix again (Chapter 7, 07_gpt2, "what the cache changes").
+
+    Step n of a continuation costs a forward pass over k + n positions instead of one, so
+    decoding L tokens costs O((k + L)^2) position-passes (and O((k + L)^3) attention work)
+    instead of O(k + L). The log-probabilities equal the cached model's up to float rounding (the
+    same causal attention, computed in another order); ``benchmarks/bench_gpt2.py`` times both.
+    ``select`` picks rows of the token history and of the head state.
+    """
+
+    def __init__(self, model: GPT2LM):
+        if not isinstance(model, GPT2LM):
+            raise TypeError(f"UncachedGPT2 wraps a GPT2LM, got {type(model).__name__}")
+        self.model = model
+        self.eos_id = model.eos_id
+        self.vocab_size = model.vocab_size
+
+    def __repr__(self) -> str:
+        return f"UncachedGPT2({type(self.model.head).__name__}, vocab_size={self.vocab_size})"
+
+    @property
+    def device(self) -> torch.device:
+        """Where the wrapped model's parameters live."""
+        return self.model.device
+
+    def _last_log_probs(self, tokens: torch.Tensor, head_state: torch.Tensor):
+        if tokens.shape[1] > self.model.max_positions:
+            raise ValueError(f"GPT-2 attends to at most {self.model.max_positions} positions (context + "
+                             "continuation); decode with a smaller max_len")
+        logits = self.model.model(input_ids=tokens, use_cache=False).logits[:, -1]
+        return self.model._head_step(logits, head_state)
+
+    @torch.no_grad()
+    def initial_state(self, contexts: torch.Tensor):
+        """Decoding protocol: read the contexts ``[B, k]``; the state keeps them."""
+        self.model._check_eval()
+        if contexts.dim() != 2 or contexts.shape[1] < 1:
+            raise ValueError(f"contexts must be LongTensor[B, k] with k >= 1, got shape {tuple(contexts.shape)}")
+        contexts = contexts.to(self.device)
+        head_state = self.model.head.initial_step_state(contexts.shape[0], self.device)
+        log_probs, head_state = self._last_log_probs(contexts, head_state)
+        return UncachedGPT2State(contexts, head_state), log_probs
+
+    @torch.no_grad()
+    def step(self, state: UncachedGPT2State, tokens: torch.Tensor):
+        """Decoding protocol: append ``tokens[B]`` and run the whole prefix again."""
+        self.model._check_eval()
+        seq = torch.cat([state.tokens, tokens.to(self.device)[:, None]], dim=1)
+        log_probs, head_state = self._last_log_probs(seq, state.head)
+        return UncachedGPT2State(seq, head_state), log_probs
+
+    def select(self, state: UncachedGPT2State, index: torch.Tensor) -> UncachedGPT2State:
+        """Decoding protocol: rows ``index`` of the token history and of the head state."""
+        index = index.to(self.device)
+        return UncachedGPT2State(state.tokens.index_select(0, index), state.head.index_select(0, index))
