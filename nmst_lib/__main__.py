@@ -8,6 +8,7 @@
     python -m nmst_lib run-suite --profile cpu
     python -m nmst_lib report    --profile cpu
     python -m nmst_lib sparse    --profile cpu [--only KEY] (Chapter 8's sparse-generation suite)
+    python -m nmst_lib gpt2      --profile cpu [--only KEY] [--nproc N] (Chapter 7's GPT-2 suite)
 
 Run ``python -m nmst_lib COMMAND --help`` for the options of each command.
 """
@@ -161,6 +162,26 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="re-evaluate models whose result is current")
     g.add_argument("--dry-run", action="store_true", help="list the models and their status, run nothing")
     _add_common(p)
+    p = sub.add_parser("gpt2", help="Chapter 7's GPT-2 suite: VA, ST and NMST output layers (Choi, Cho, Lee 2023 "
+                                    "Sec. 4.2; Welleck et al. 2020 Sec. 5.3)",
+                       description="Train (or resume) the GPT-2 models of the profile with a vanilla (VA), "
+                                   "self-terminating (ST) or non-monotonic self-terminating (NMST) output layer, "
+                                   "decode validation contexts with every decoder of the config up to L = 1,000, "
+                                   "and store one result JSON per model under OUT/gpt2/ (perplexities, r_nt(L), "
+                                   "length histograms, readable continuations, p(eos) per token, provenance). "
+                                   "quick: seconds (tests); cpu: a small GPT-2 trained from scratch, NOT pretrained "
+                                   "GPT-2 (the website); paper: pretrained gpt2 fine-tuned on WikiText-103 (GPU, "
+                                   "hub). Models whose result is current are skipped (see "
+                                   "nmst_lib.experiments.gpt2).")
+    g = p.add_argument_group("suite")
+    g.add_argument("--only", default=None, metavar="KEY",
+                   help="only the models whose key contains KEY (e.g. va, nmst-eps5e-4)")
+    g.add_argument("--force", action="store_true", help="re-run models whose result is current, from scratch")
+    g.add_argument("--dry-run", action="store_true", help="list the models and their status, run nothing")
+    g.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="train with N processes (DistributedDataParallel through torchrun: GPUs, or CPU "
+                        "processes on gloo); the command re-launches itself under torch.distributed.run [1]")
+    _add_common(p)
     return parser
 
 
@@ -312,8 +333,47 @@ def _cmd_sparse(args) -> int:
     return 0
 
 
+def _gpt2_module_args(args) -> list[str]:
+    """The ``gpt2`` command line of ``args`` without ``--nproc``, for the processes that
+    ``torch.distributed.run`` starts (Chapter 7, 07_gpt2)."""
+    out = ["gpt2", "--profile", args.profile]
+    for flag, value in (("--only", args.only), ("--out", args.out), ("--checkpoint-dir", args.checkpoint_dir),
+                        ("--data-dir", args.data_dir), ("--device", args.device), ("--threads", args.threads)):
+        if value is not None:
+            out += [flag, str(value)]
+    out += [flag for flag, on in (("--force", args.force), ("--no-progress", args.no_progress)) if on]
+    return out
+
+
+def _cmd_gpt2(args) -> int:
+    from .experiments.gpt2 import gpt2_suite_configs, run_gpt2_suite
+    from .experiments.results import load_result
+
+    configs = [c for c in gpt2_suite_configs(args.profile) if not args.only or args.only in c.key]
+    if args.only and not configs:
+        raise ValueError(f"no model of the {args.profile} GPT-2 suite has {args.only!r} in its key; keys: "
+                         + ", ".join(c.key for c in gpt2_suite_configs(args.profile)))
+    if args.dry_run:
+        for c in configs:
+            _log(f"{c.key:40s} {load_result(c, args.out).status.upper():8s} decoders={','.join(c.decoders)}")
+        return 0
+    if args.nproc is not None and args.nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.nproc and args.nproc > 1 and not os.environ.get("WORLD_SIZE"):
+        from .experiments.distributed import relaunch_with_torchrun
+
+        return relaunch_with_torchrun(args.nproc, _gpt2_module_args(args))
+    results = run_gpt2_suite(args.profile, results_dir=args.out, checkpoint_dir=args.checkpoint_dir,
+                             only=args.only, force=args.force, device=args.device, progress=not args.no_progress,
+                             log=_log, command=_command(args))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 reports
+        _log(f"[gpt2] {len(results)} results in {results[0].path.parent if results else args.out}: "
+             + ", ".join(f"{r.path.stem} {r.status.upper()}" for r in results))
+    return 0
+
+
 _COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "run-suite": _cmd_run_suite,
-             "report": _cmd_report, "sparse": _cmd_sparse}
+             "report": _cmd_report, "sparse": _cmd_sparse, "gpt2": _cmd_gpt2}
 
 
 def main(argv=None) -> int:

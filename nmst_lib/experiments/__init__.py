@@ -3,7 +3,9 @@ training with checkpoints (:mod:`.train`), the results store (:mod:`.results`), 
 runs and suites (:mod:`.runs`), and what a reader can do with the results: where they come
 from, retraining, and a time estimate for the paper profile (``nmst_lib.experiments.choices``).
 After Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G. The sparse-text-generation experiments of
-Chapter 8 (08_sparse; Martins et al. (2020) Sec. 5.1, Tables 2, 4, 5) live in :mod:`.sparse`."""
+Chapter 8 (08_sparse; Martins et al. (2020) Sec. 5.1, Tables 2, 4, 5) live in :mod:`.sparse`; the
+GPT-2 experiments of Chapter 7 (07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2, Welleck et al. (2020)
+Sec. 5.3) in :mod:`.gpt2`."""
 
 from .config import (
     ALL_DECODERS,
@@ -43,6 +45,7 @@ from .runs import (
     suite_configs,
 )
 from .choices import TimeEstimate, describe_results, estimate_profile_time, run_choices
+from .gpt2 import gpt2_suite_configs, load_gpt2_results, run_gpt2_suite
 from .sparse import (
     SparseConfig,
     load_or_run_sparse,
@@ -74,6 +77,7 @@ __all__ = [
     "run_experiment", "run_suite", "suite_configs",
     "CheckpointError", "PreparedData", "TrainedRun", "checkpoint_path", "evaluate_perplexity", "load_checkpoint",
     "prepare_data", "save_checkpoint", "train",
+    "gpt2_suite_configs", "load_gpt2_results", "run_gpt2_suite",
     "SparseConfig", "load_or_run_sparse", "load_sparse_result", "load_sparse_results", "run_sparse",
     "run_sparse_suite", "sparse_suite_configs",
 ]
