@@ -190,6 +190,17 @@ def normalise_head(head: str) -> str:
     return _HEAD_ALIASES[key]
 
 
+def _short_eps(eps: float) -> str:
+    """eps in scientific notation with the fewest mantissa digits that give it back exactly:
+    ``1e-04``, ``5e-04``, ``2.5e-03`` (one digit would print 2.5e-3 as ``3e-03``). Keys and labels
+    of Chapters 6-8 (every eps of Chapter 6 and 8 has one digit, so their keys are unchanged)."""
+    for digits in range(16):
+        text = f"{eps:.{digits}e}"
+        if float(text) == eps:
+            return text
+    return repr(eps)
+
+
 @dataclass(frozen=True)
 class ExperimentConfig:
     """One WikiText-2 run: data, model, optimisation, decoding (Choi, Cho, Lee (2023)
@@ -286,15 +297,16 @@ class ExperimentConfig:
     def key(self) -> str:
         """File-name key: profile, arch, head, eps, alpha, seed (the identity of a run in a suite),
         e.g. ``cpu-lstm-nmst-eps5e-4-seed0``, ``cpu-lstm-entmax-a1.5-seed0``,
-        ``cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0``."""
-        eps = "" if self.eps is None else f"-eps{self.eps:.0e}".replace("e-0", "e-")
+        ``cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0``; eps with as many digits as it needs
+        (``cpu-gpt2-st-eps2.5e-3-seed0``, not ``eps3e-3``)."""
+        eps = "" if self.eps is None else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
         alpha = "" if self.alpha is None else f"-a{self.alpha:g}"
         return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}-seed{self.seed}"
 
     @property
     def label(self) -> str:
         """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``, ``ENTMAX+LSTM (alpha=1.5)``."""
-        parts = ([] if self.eps is None else [f"eps={self.eps:.0e}"]) + (
+        parts = ([] if self.eps is None else [f"eps={_short_eps(self.eps)}"]) + (
             [] if self.alpha is None else [f"alpha={self.alpha:g}"])
         extra = f" ({', '.join(parts)})" if parts else ""
         return f"{self.head.upper()}+{self.arch.upper()}{extra}"
