@@ -23,7 +23,7 @@ import sys
 # Kept in sync with nmst_lib.experiments.config (a test checks); listed here so that
 # `--help` answers without importing torch.
 PROFILES = ("quick", "cpu", "paper")
-ARCHS = ("rnn", "lstm")
+ARCHS = ("rnn", "lstm", "gpt2")
 HEADS = ("va", "st", "nmst", "entmax", "nmst-entmax")
 
 _DESCRIPTION = """\
@@ -71,7 +71,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 def _add_run(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("which run")
-    g.add_argument("--arch", choices=ARCHS, default="lstm", help="rnn (tanh RNN) or lstm [lstm]")
+    g.add_argument("--arch", choices=ARCHS, default="lstm",
+                   help="rnn (tanh RNN), lstm, or gpt2 (Chapter 7: GPT-2 with the BPE tokenizer) [lstm]")
     g.add_argument("--head", choices=HEADS, default="va",
                    help="output layer: va (vanilla softmax), st (self-terminating), nmst (non-monotonic ST), "
                         "entmax (alpha-entmax, entmax loss; Chapter 8), nmst-entmax (NMST eos probability + "
@@ -98,6 +99,14 @@ def _add_train_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="also checkpoint every N batches (always at the end of each epoch)")
     g.add_argument("--log-steps", action="store_true", help="print one line per training batch")
+    _add_nproc(g)
+
+
+def _add_nproc(g) -> None:
+    g.add_argument("--nproc", type=int, default=None, metavar="N",
+                   help="train with N data-parallel processes (DistributedDataParallel; one GPU each with CUDA, "
+                        "else CPU processes on gloo): re-launches this command under torch.distributed.run "
+                        "(torchrun); `torchrun --nproc-per-node N -m nmst_lib ...` works too [1]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                    help="also checkpoint every N batches")
     g.add_argument("--restart", action="store_true", help="ignore an existing checkpoint and start over")
+    _add_nproc(g)
     _add_common(p)
 
     p = sub.add_parser("run-suite", help="run every config a chapter needs at a profile (skips current results)",
@@ -226,12 +236,16 @@ def _command(args) -> str:
 
 
 def _cmd_train(args) -> int:
+    from .experiments.distributed import init_distributed
     from .experiments.train import train
 
     config = _config_from_args(args)
+    dist = init_distributed(args.device)  # torchrun's environment (--nproc), else one process
     run = train(config, checkpoint_dir=args.checkpoint_dir, resume=args.resume, device=args.device,
                 progress=not args.no_progress, checkpoint_every=args.checkpoint_every, log=_log,
-                log_steps=args.log_steps)
+                log_steps=args.log_steps, dist=dist)
+    if not dist.is_main:
+        return 0
     score = (f"val_ppl {run.val_ppl:.4f}, test_ppl {run.test_ppl:.4f}" if run.val_ppl is not None
              else f"val_loss {run.val_loss:.4f}, test_loss {run.test_loss:.4f}")
     _log(f"[train] {config.key}: done; best epoch {run.best_epoch}, {score}; checkpoint {run.checkpoint}")
@@ -256,9 +270,16 @@ def _cmd_decode(args) -> int:
 
 
 def _cmd_run(args) -> int:
+    from .experiments.distributed import init_distributed
     from .experiments.runs import run_experiment
+    from .experiments.train import train
 
     config = _config_from_args(args)
+    dist = init_distributed(args.device)
+    if not dist.is_main:  # other ranks take part in training; rank 0 trains, decodes and writes the result
+        train(config, checkpoint_dir=args.checkpoint_dir, resume=not args.restart, device=args.device,
+              progress=False, checkpoint_every=args.checkpoint_every, dist=dist)
+        return 0
     stored = run_experiment(config, results_dir=args.out, checkpoint_dir=args.checkpoint_dir,
                             resume=not args.restart, device=args.device, progress=not args.no_progress, log=_log,
                             command=_command(args), checkpoint_every=args.checkpoint_every)
@@ -376,6 +397,19 @@ _COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "run-s
              "report": _cmd_report, "sparse": _cmd_sparse, "gpt2": _cmd_gpt2}
 
 
+def _without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` without ``--nproc N`` / ``--nproc=N`` (what each torchrun process runs)."""
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--nproc":
+            skip = True
+        elif not item.startswith("--nproc="):
+            out.append(item)
+    return out
+
+
 def main(argv=None) -> int:
     """Entry point of ``python -m nmst_lib``; returns the exit status (2 on bad input)."""
     parser = build_parser()
@@ -385,12 +419,28 @@ def main(argv=None) -> int:
         return 2
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be >= 1")
+    if getattr(args, "nproc", None) is not None and args.command in ("train", "run"):
+        if args.nproc < 1:
+            parser.error("--nproc must be >= 1")
+        if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: re-launch there
+            from .experiments.distributed import relaunch_with_torchrun
+
+            return relaunch_with_torchrun(args.nproc, _without_nproc(sys.argv[1:] if argv is None else list(argv)))
     _setup(args)
     try:
         return _COMMANDS[args.command](args)
     except (ValueError, TypeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        _end_distributed()
+
+
+def _end_distributed() -> None:
+    """Destroy the process group that a torchrun-launched train/run initialised (if any)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
