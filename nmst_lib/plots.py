@@ -1632,8 +1632,9 @@ def length_histogram_plot(
 
     Args:
         lengths: ``{label: lengths}`` or ``{label: (lengths, terminated)}`` as for
-            :func:`length_cdf_plot`; an unfinished sequence (``terminated`` False) is counted
-            in the bar "unfinished at L", drawn right of ``max_len``. ``"data"`` is a grey area.
+            :func:`length_cdf_plot`; an unfinished sequence (``terminated`` False) and a
+            sequence longer than ``max_len`` (a data line) are counted in the last bar, "> L",
+            drawn right of ``max_len``. ``"data"`` is a grey area.
         max_len: the decoding limit L; the bins split [1, L] evenly.
         bins: the number of bins up to L.
 
@@ -1660,15 +1661,16 @@ def length_histogram_plot(
             done = np.ones(ls.shape, dtype=bool)
         if ls.ndim != 1 or ls.size == 0 or done.shape != ls.shape:
             raise ValueError(f"lengths {label!r}: a non-empty 1-D array (and as many terminated flags)")
-        if np.any(ls[done] < 1) or np.any(ls[done] > max_len):
-            raise ValueError(f"lengths {label!r}: finished lengths must lie in [1, max_len = {max_len}]")
-        counts, _ = np.histogram(ls[done], bins=edges)
+        if np.any(ls[done] < 1):
+            raise ValueError(f"lengths {label!r}: lengths count tokens and must be >= 1")
+        counts, _ = np.histogram(ls[done & (ls <= max_len)], bins=edges)
         fractions = counts / ls.size
-        unfinished = float(np.mean(~done))
+        unfinished = float(np.mean(~done | (ls > max_len)))  # not finished within L (a data line: longer than L)
         xs = np.concatenate([edges, [extra[0], extra[1]]])
         ys = np.concatenate([fractions, [0.0, unfinished]])
         if label == "data" and label not in styles:
-            ax.stairs(fractions, edges, fill=True, color="0.82", label=label, zorder=0)
+            ax.stairs(ys, xs, fill=True, color="0.82", label=label + (f" ({100 * unfinished:.0f}% longer than L)"
+                                                                       if unfinished else ""), zorder=0)
             continue
         style = _default_style(label, i)
         style.update(styles.get(label, {}))
@@ -1679,7 +1681,7 @@ def length_histogram_plot(
     ticks = [t for t in matplotlib.ticker.MaxNLocator(nbins=6, integer=True).tick_values(1, max_len) if 0 <= t <= 0.88 * max_len]
     ax.set_xticks(ticks + [sum(extra) / 2])
     ax.set_xticklabels([f"{t:,.0f}" for t in ticks] + [f"> {max_len:,}"])
-    ax.set_xlabel("continuation length (tokens, eos included); last bar: unfinished at L")
+    ax.set_xlabel("continuation length (tokens, eos included); last bar: longer than L or unfinished")
     ax.set_ylabel("fraction of continuations")
     if title:
         ax.set_title(title, fontsize=10)

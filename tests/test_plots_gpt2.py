@@ -230,7 +230,7 @@ def test_length_histogram_bars_are_fractions_that_sum_to_one_with_unfinished_las
     fig = plots.length_histogram_plot({"data": rng.integers(1, L + 1, 50), "VA": (lengths, done)}, max_len=L, bins=bins)
     ax = fig.axes[0]
     va = [p for p in ax.patches if p.get_label().startswith("VA")][0]
-    data = [p for p in ax.patches if p.get_label() == "data"][0]
+    data = [p for p in ax.patches if p.get_label().startswith("data")][0]
     heights = va.get_data().values
     np.testing.assert_allclose(heights.sum(), 1.0, atol=1e-12)
     np.testing.assert_allclose(heights[-1], np.mean(~done))  # the last bar: unfinished at L
@@ -241,15 +241,21 @@ def test_length_histogram_bars_are_fractions_that_sum_to_one_with_unfinished_las
     plt.close(fig)
 
 
-def test_length_histogram_rejects_lengths_beyond_the_limit_or_below_one():
-    with pytest.raises(ValueError, match="max_len"):
-        plots.length_histogram_plot({"VA": [1, 2, 600]}, max_len=500)
+def test_length_histogram_counts_lines_longer_than_the_limit_in_the_last_bar():
+    fig = plots.length_histogram_plot({"data": [1, 2, 600, 700], "VA": ([1, 2, 600], [True, True, False])}, max_len=500)
+    bars = {p.get_label().split(" (")[0]: p.get_data().values for p in fig.axes[0].patches}
+    np.testing.assert_allclose(bars["data"][-1], 0.5)
+    np.testing.assert_allclose(bars["VA"][-1], 1 / 3)
+    np.testing.assert_allclose(bars["data"].sum(), 1.0)
+
+
+def test_length_histogram_rejects_lengths_below_one_and_bad_input():
     with pytest.raises(ValueError):
         plots.length_histogram_plot({"VA": [0, 2]}, max_len=500)
     with pytest.raises(TypeError):
         plots.length_histogram_plot([1, 2], max_len=500)
-    # an unfinished continuation may carry any recorded length
-    plots.length_histogram_plot({"VA": ([1, 2, 600], [True, True, False])}, max_len=500)
+    with pytest.raises(ValueError):
+        plots.length_histogram_plot({"VA": ([1, 2], [True])}, max_len=500)
 
 
 def test_sentence_end_chars_cover_the_papers_marks():

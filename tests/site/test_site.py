@@ -213,6 +213,31 @@ def test_eos_explorer_standalone_page_reacts_to_its_controls(browser, screenshot
     _check_explorer_page(browser, screenshots, page, "standalone")
 
 
+def test_eos_token_explorer_standalone_page_reacts_to_its_controls(browser, screenshots, tmp_path):
+    """Chapter 7's p(eos | t) explorer alone on a page: line menu, layer menu and eps slider each
+    change the frame, and a context with model tokens is shown escaped in the menu."""
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    from nmst_lib.plots import eos_token_explorer_html
+
+    rng = np.random.default_rng(0)
+    tokens = [" The", " <unk>", " sat", ".", " It", " ended", ".", "<|endoftext|>"]
+    lines = []
+    for i in range(2):
+        p_eos = {("va", None): rng.uniform(1e-4, 0.3, len(tokens))}
+        for eps in (1e-4, 5e-4):
+            p_eos[("st", eps)] = np.maximum.accumulate(rng.uniform(1e-3, 0.3, len(tokens)))
+            p_eos[("nmst", eps)] = rng.uniform(1e-3, 0.3, len(tokens))
+        lines.append({"context": f"line {i}: the <unk> of", "tokens": tokens, "p_eos": p_eos})
+    explorer = eos_token_explorer_html(lines, dpi=50)
+    page = tmp_path / "eos_token_explorer.html"
+    page.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>eos token explorer</title></head>"
+                    f"<body>{explorer.data}</body></html>", encoding="utf-8")
+    _check_explorer_page(browser, screenshots, page, "standalone-gpt2")
+
+
 def test_explorers_on_chapter_pages_react_to_their_controls(site, browser, screenshots):
     pages = [d for d in built_pages(site, CHAPTERS) if "nmst-explorer" in built(site, d).read_text(encoding="utf-8")]
     if not pages:
