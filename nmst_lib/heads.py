@@ -69,6 +69,7 @@ __all__ = [
     "head_from_name",
     "HEAD_NAMES",
     "nll_token_losses",
+    "projected_nll_token_losses",
 ]
 
 _LOG_HALF = -math.log(2.0)
@@ -297,14 +298,17 @@ def nmst_eos_log_probs(eos_logits, eps, t=None):
 # ----------------------------------------------------------------------------- the shared layer
 
 
-def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tensor, log_keep: torch.Tensor):
+def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tensor, log_keep: torch.Tensor,
+                        inplace: bool = False):
     """``out[..., v] = log(1 - p(eos)) + log_softmax_{v' != eos}(z)_v`` and ``out[..., eos] = log p(eos)``.
 
     The second line of Choi, Cho, Lee (2023), Defs. 5 and 6. One copy of the logits (with the
     eos logit set to -inf) is turned into the non-eos log-softmax in place, shifted by
-    ``log(1 - p(eos))`` in place, and its eos column set: one [..., V] tensor in all.
+    ``log(1 - p(eos))`` in place, and its eos column set: one [..., V] tensor in all. With
+    ``inplace`` (contiguous logits the caller owns and no longer needs) the logits themselves
+    become the output, with the same numbers.
     """
-    out = logits.clone(memory_format=torch.contiguous_format)
+    out = logits if inplace and logits.is_contiguous() else logits.clone(memory_format=torch.contiguous_format)
     out[..., eos_id] = -math.inf
     if out.device.type in ("cpu", "cuda"):
         # in place: the CPU and CUDA kernels read a whole row (max, sum) before writing it
@@ -372,6 +376,49 @@ def _log_probs_with_eos_rule(logits: torch.Tensor, eos_id: int, eos_rule, *rule_
     return _assemble_log_probs(logits, eos_id, log_p_eos, log_keep)
 
 
+def _lean_log_probs(logits, eos_id, eos_rule, rule_inputs, inplace: bool):
+    """Log-probabilities exactly as the head's ``forward`` computes them, in the memory of
+    ``logits`` when ``inplace``; returns ``(out, eos_logits, log_keep)`` (None, None for vanilla)."""
+    if eos_id is None:
+        if inplace and logits.is_contiguous() and logits.device.type in ("cpu", "cuda"):
+            return torch.log_softmax(logits, dim=-1, out=logits), None, None
+        return torch.log_softmax(logits, dim=-1), None, None
+    eos_logits = logits[..., eos_id].clone()
+    log_p_eos, log_keep = eos_rule(eos_logits, *rule_inputs)
+    return _assemble_log_probs(logits, eos_id, log_p_eos, log_keep, inplace=inplace), eos_logits, log_keep
+
+
+def _lean_backward(out, targets, eos_id, eos_rule, eos_logits, log_keep, rule_inputs, grad_losses,
+                   need_logits: bool, need_rule):
+    """The logits' gradient of ``sum_t g_t (-log p(y_t))``, written into ``out`` (see
+    :class:`_LeanNLL`), and the gradients of the eos rule's extra inputs."""
+    index = targets.unsqueeze(-1)
+    if eos_id is None:
+        grad = out.exp_()  # p, in the saved tensor's memory
+        grad.mul_(grad_losses.unsqueeze(-1))
+        grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
+        return grad, []
+    is_eos = targets == eos_id
+    zero = torch.zeros((), dtype=grad_losses.dtype, device=grad_losses.device)
+    grad_log_p_eos = torch.where(is_eos, -grad_losses, zero)
+    grad_log_keep = torch.where(is_eos, zero, -grad_losses)
+    grad = None
+    if need_logits:
+        grad = out.sub_(log_keep.unsqueeze(-1)).exp_()  # q; its eos column is overwritten below
+        grad.mul_(torch.where(is_eos, zero, grad_losses).unsqueeze(-1))
+        grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
+    with torch.enable_grad():
+        leaves = [eos_logits.detach().requires_grad_(need_logits)]
+        leaves += [x.detach().requires_grad_(need) for x, need in zip(rule_inputs, need_rule)]
+        wanted = [leaf for leaf in leaves if leaf.requires_grad]
+        log_p_eos, log_keep = eos_rule(*leaves)
+        grads = iter(torch.autograd.grad((log_p_eos, log_keep), wanted, (grad_log_p_eos, grad_log_keep),
+                                         allow_unused=True, materialize_grads=True))
+    if grad is not None:
+        grad[..., eos_id] = next(grads)
+    return grad, [next(grads) if leaf.requires_grad else None for leaf in leaves[1:]]
+
+
 class _LeanNLL(torch.autograd.Function):
     """``-log p(y_t)`` per position for the vanilla (``eos_id is None``), ST and NMST layers,
     keeping ONE ``[..., V]`` tensor for backward: the log-probabilities, which the backward
@@ -390,49 +437,63 @@ class _LeanNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, eos_id, eos_rule, *rule_inputs):
-        if eos_id is None:
-            out = torch.log_softmax(logits, dim=-1)
-            ctx.save_for_backward(out, targets)
-        else:
-            eos_logits = logits[..., eos_id].clone()
-            log_p_eos, log_keep = eos_rule(eos_logits, *rule_inputs)
-            out = _assemble_log_probs(logits, eos_id, log_p_eos, log_keep)
-            ctx.save_for_backward(out, targets, eos_logits, log_keep, *rule_inputs)
+        out, eos_logits, log_keep = _lean_log_probs(logits, eos_id, eos_rule, rule_inputs, inplace=False)
+        extra = () if eos_id is None else (eos_logits, log_keep)
+        ctx.save_for_backward(out, targets, *extra, *rule_inputs)
         ctx.eos_id, ctx.eos_rule = eos_id, eos_rule
         return -out.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_losses):
-        eos_id = ctx.eos_id
         out, targets, *rest = ctx.saved_tensors
-        index = targets.unsqueeze(-1)
-        if eos_id is None:
-            grad = out.exp_()  # p, in the saved tensor's memory
-            grad.mul_(grad_losses.unsqueeze(-1))
-            grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
-            return (grad if ctx.needs_input_grad[0] else None), None, None, None
-        eos_logits, log_keep, *rule_inputs = rest
-        is_eos = targets == eos_id
-        zero = torch.zeros((), dtype=grad_losses.dtype, device=grad_losses.device)
-        grad_log_p_eos = torch.where(is_eos, -grad_losses, zero)
-        grad_log_keep = torch.where(is_eos, zero, -grad_losses)
-        grad = None
+        eos_logits, log_keep, rule_inputs = (None, None, []) if ctx.eos_id is None else (rest[0], rest[1], rest[2:])
+        grad, rule_grads = _lean_backward(out, targets, ctx.eos_id, ctx.eos_rule, eos_logits, log_keep, rule_inputs,
+                                          grad_losses, ctx.needs_input_grad[0], ctx.needs_input_grad[4:])
+        return (grad if ctx.needs_input_grad[0] else None), None, None, None, *rule_grads
+
+
+class _ProjectedLeanNLL(torch.autograd.Function):
+    """:class:`_LeanNLL` with the output projection inside: ``logits = hidden @ weight^T`` is
+    computed here, turned into log-probabilities IN PLACE (nobody else holds it), saved, and
+    overwritten by its own gradient in backward, which then gives ``hidden`` and ``weight``
+    their gradients (as ``nn.Linear``'s backward would). So a training step holds one
+    ``[..., V]`` float32 tensor from forward to backward, never two (Chapter 7, 07_gpt2).
+    Under autocast the projection runs in the autocast dtype, as ``nn.Linear`` would, and is
+    upcast to float32 for the head; the backward's two matrix products run in that dtype too.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, eos_id, eos_rule):
+        logits = torch.nn.functional.linear(hidden, weight)
+        ctx.mm_dtype = logits.dtype
+        if logits.dtype != torch.float32:
+            logits = logits.float()  # the heads compute in float32 (see _check_logits)
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            out, eos_logits, log_keep = _lean_log_probs(logits, eos_id, eos_rule, (), inplace=True)
+        del logits
+        extra = () if eos_id is None else (eos_logits, log_keep)
+        ctx.save_for_backward(hidden, weight, out, targets, *extra)
+        ctx.eos_id, ctx.eos_rule = eos_id, eos_rule
+        return -out.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_losses):
+        hidden, weight, out, targets, *rest = ctx.saved_tensors
+        eos_logits, log_keep = (None, None) if ctx.eos_id is None else rest
+        grad, _ = _lean_backward(out, targets, ctx.eos_id, ctx.eos_rule, eos_logits, log_keep, [],
+                                 grad_losses.float(), True, [])
+        del out
+        if ctx.mm_dtype != grad.dtype:
+            grad = grad.to(ctx.mm_dtype)
+        grad_hidden = grad_weight = None
         if ctx.needs_input_grad[0]:
-            grad = out.sub_(log_keep.unsqueeze(-1)).exp_()  # q; its eos column is overwritten below
-            grad.mul_(torch.where(is_eos, zero, grad_losses).unsqueeze(-1))
-            grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
-        with torch.enable_grad():
-            leaves = [eos_logits.detach().requires_grad_(ctx.needs_input_grad[0])]
-            leaves += [x.detach().requires_grad_(need) for x, need in zip(rule_inputs, ctx.needs_input_grad[4:])]
-            wanted = [leaf for leaf in leaves if leaf.requires_grad]
-            log_p_eos, log_keep = ctx.eos_rule(*leaves)
-            grads = iter(torch.autograd.grad((log_p_eos, log_keep), wanted, (grad_log_p_eos, grad_log_keep),
-                                             allow_unused=True, materialize_grads=True))
-        if grad is not None:
-            grad[..., eos_id] = next(grads)
-        rule_grads = [next(grads) if leaf.requires_grad else None for leaf in leaves[1:]]
-        return (grad, None, None, None, *rule_grads)
+            grad_hidden = grad.matmul(weight.to(grad.dtype)).to(hidden.dtype)
+        if ctx.needs_input_grad[1]:
+            flat = grad.reshape(-1, grad.shape[-1])
+            grad_weight = flat.t().mm(hidden.reshape(-1, hidden.shape[-1]).to(grad.dtype)).to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None
 
 
 def nll_token_losses(head, logits: torch.Tensor, targets: torch.Tensor,
@@ -460,6 +521,41 @@ def nll_token_losses(head, logits: torch.Tensor, targets: torch.Tensor,
     logits, eos_id, rule = head._teacher_forcing_rule(logits, context_mask)
     targets = _check_targets(targets, logits)
     return _LeanNLL.apply(logits, targets, eos_id, rule)
+
+
+def projected_nll_token_losses(head, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                               context_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``head.token_losses(hidden @ weight^T, targets, context_mask)`` holding ONE ``[..., V]``
+    float32 tensor per training step (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) eq. 3).
+
+    ``hidden[..., T, H]`` is the last layer's output, ``weight[V, H]`` the output projection
+    (GPT-2's ``lm_head``, tied to the token embedding; no bias). For the vanilla, ST and NMST
+    layers with gradients (:class:`_ProjectedLeanNLL`) the logits are computed inside, become the
+    log-probabilities in place and then their own gradient: the values equal the head's own
+    loss bit for bit, the gradients to rounding. Otherwise (no gradients, entmax heads) it is
+    ``head.token_losses`` of the projected logits (float32).
+    """
+    if not isinstance(head, OutputHead):
+        raise TypeError(f"head must be an output layer from nmst_lib.heads, got {type(head).__name__}")
+    if not isinstance(hidden, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        raise TypeError("hidden and weight must be tensors ([..., T, H] and [V, H])")
+    if weight.dim() != 2 or hidden.dim() < 2 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(f"hidden [..., T, H] and weight [V, H] must agree on H, got {tuple(hidden.shape)} and "
+                         f"{tuple(weight.shape)}")
+    lean = type(head) in (VanillaHead, STHead, NMSTHead)
+    if not (lean and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)):
+        logits = torch.nn.functional.linear(hidden, weight)
+        with torch.autocast(device_type=logits.device.type, enabled=False):
+            return head.token_losses(logits.float(), targets, context_mask)
+    # validation and the eos rule need the logits' shape and device only: a stride-0 view, no [..., V] memory
+    probe = torch.zeros((), dtype=torch.float32, device=hidden.device).expand(*hidden.shape[:-1], weight.shape[0])
+    if type(head) is VanillaHead:
+        _check_context_mask(context_mask, probe)
+        eos_id, rule = None, None
+    else:
+        _, eos_id, rule = head._teacher_forcing_rule(probe, context_mask)
+    targets = _check_targets(targets, probe)
+    return _ProjectedLeanNLL.apply(hidden, weight, targets, eos_id, rule)
 
 
 # ----------------------------------------------------------------------------- functional API

@@ -386,20 +386,25 @@ class GPT2LM(nn.Module):
         :meth:`RecurrentLM.token_loss`; the same values).
 
         Memory (Chapter 7, 07_gpt2): at V = 50,257 each ``[B, T, V]`` float32 tensor is 200 kB
-        per token. The vanilla, ST and NMST losses go through
-        :func:`nmst_lib.heads.nll_token_losses`, so autograd keeps ONE such tensor (the
-        log-probabilities; the gradient ``softmax - one-hot`` needs it or the logits) and the
-        backward writes the logits' gradient into it. The transformers logits are not kept
-        (the output projection's backward needs its input and weight, not its output)."""
-        from .heads import nll_token_losses
+        per token. For the vanilla, ST and NMST heads the output projection and the loss run
+        together (:func:`nmst_lib.heads.projected_nll_token_losses`): the logits are computed,
+        become the log-probabilities in place (the gradient ``softmax - one-hot`` needs one of
+        them) and then, in backward, their own gradient. A training step holds ONE such tensor;
+        ``lm_head(hidden)`` followed by the head would hold the logits and the log-probabilities
+        in forward and three in backward. Other heads use ``head.token_losses`` on the logits."""
+        from .heads import projected_nll_token_losses
 
         batch = batch.to(self.device)
         if batch.inputs.shape[1] > self.max_positions:
             raise ValueError(f"GPT-2 reads at most {self.max_positions} positions, got {batch.inputs.shape[1]}")
-        logits = self.model(input_ids=batch.inputs, use_cache=False).logits
-        with torch.autocast(device_type=logits.device.type, enabled=False):
-            losses = nll_token_losses(self.head, logits.float(), batch.targets, batch.context_mask)
-        del logits
+        lm_head = self.model.lm_head
+        if getattr(lm_head, "bias", None) is None:
+            hidden = self.model.transformer(input_ids=batch.inputs, use_cache=False).last_hidden_state
+            losses = projected_nll_token_losses(self.head, hidden, lm_head.weight, batch.targets, batch.context_mask)
+        else:  # pragma: no cover - GPT-2's output projection has no bias
+            logits = self.model(input_ids=batch.inputs, use_cache=False).logits
+            with torch.autocast(device_type=logits.device.type, enabled=False):
+                losses = self.head.token_losses(logits.float(), batch.targets, batch.context_mask)
         scored = batch.target_mask
         return losses[scored].sum(), scored.sum()
     _check_eval = RecurrentLM._check_eval
@@ -451,7 +456,8 @@ class UncachedGPT2:
 
     Step n of a continuation costs a forward pass over k + n positions instead of one, so
     decoding L tokens costs O((k + L)^2) position-passes (and O((k + L)^3) attention work)
-    instead of O(k + L). The log-probabilities equal the cached model's up to float rounding (the
+    instead of O(k + L). Only the last position goes through the output projection
+    (``logits_to_keep=1``), as a fair baseline would do. The log-probabilities equal the cached model's up to float rounding (the
     same causal attention, computed in another order); ``benchmarks/bench_gpt2.py`` times both.
     ``select`` picks rows of the token history and of the head state.
     """
@@ -475,7 +481,8 @@ class UncachedGPT2:
         if tokens.shape[1] > self.model.max_positions:
             raise ValueError(f"GPT-2 attends to at most {self.model.max_positions} positions (context + "
                              "continuation); decode with a smaller max_len")
-        logits = self.model.model(input_ids=tokens, use_cache=False).logits[:, -1]
+        # only the last position's logits: the baseline recomputes the prefix, not V-sized outputs it drops
+        logits = self.model.model(input_ids=tokens, use_cache=False, logits_to_keep=1).logits[:, -1]
         return self.model._head_step(logits, head_state)
 
     @torch.no_grad()

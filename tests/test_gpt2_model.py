@@ -181,21 +181,39 @@ def test_token_loss_saves_exactly_one_btv_float32_tensor_per_head(head, eps):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
+def plain_token_loss(model, batch):
+    """What token_loss did before: transformers' logits, then the head's loss, all by autograd."""
+    logits = model.model(input_ids=batch.inputs, use_cache=False).logits
+    return model.head.token_losses(logits, batch.targets, batch.context_mask)[batch.target_mask].sum()
+
+
 @pytest.mark.parametrize("head,eps", HEADS)
-def test_token_loss_backward_allocates_no_btv_tensor_where_plain_autograd_allocates_two_or_more(head, eps):
+def test_a_training_step_allocates_one_btv_tensor_where_plain_autograd_allocates_five(head, eps):
     model = small_gpt2(head, eps).train()
     batch = a_batch()
     size = batch.inputs.numel() * V
-    total, _ = model.token_loss(batch)
-    with NewBigTensors(size) as lean:
-        total.backward()
-    # the plain autograd path: a one-hot upstream gradient and a fresh logits gradient
-    logits = model.model(input_ids=batch.inputs, use_cache=False).logits
-    plain = model.head.token_losses(logits, batch.targets, batch.context_mask)[batch.target_mask].sum()
-    del logits
-    with NewBigTensors(size) as reference:
-        plain.backward()
-    assert lean.count == 0 and reference.count >= 2, (lean.count, reference.count)  # measured: 0 vs 3 for each head
+    counts = {}
+    for name, loss_fn in (("lean", lambda: model.token_loss(batch)[0]), ("plain", lambda: plain_token_loss(model, batch))):
+        with NewBigTensors(size) as forward:
+            total = loss_fn()
+        with NewBigTensors(size) as backward:
+            total.backward()
+        counts[name] = (forward.count, backward.count)
+    # lean: the logits, which become the log-probabilities and then their own gradient;
+    # plain: logits + log-probabilities, then a one-hot upstream gradient and fresh gradients
+    assert counts["lean"] == (1, 0) and sum(counts["plain"]) >= 4, counts
+
+
+@pytest.mark.parametrize("head,eps", HEADS)
+def test_gpt2_token_loss_gradients_equal_the_plain_autograd_ones(head, eps):
+    model = small_gpt2(head, eps).train()
+    batch = a_batch()
+    model.token_loss(batch)[0].backward()
+    lean = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    plain_token_loss(model, batch).backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(lean[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
 
 
 @pytest.mark.parametrize("head,eps", HEADS)
@@ -229,10 +247,26 @@ def test_lean_nll_refuses_a_second_backward_and_leaves_other_heads_alone():
         nll_token_losses(torch.nn.Identity(), z, y)
 
 
-def test_gpt2_token_loss_values_equal_the_heads_own_loss_bit_for_bit():
-    model = small_gpt2("nmst", 1e-3).train()
+@pytest.mark.parametrize("head,eps", HEADS + [("entmax", None), ("nmst-entmax", 1e-3)])
+def test_gpt2_token_loss_values_equal_the_heads_own_loss_bit_for_bit(head, eps):
+    alpha = 1.5 if "entmax" in head else None
+    torch.manual_seed(0)
+    model = GPT2LM.from_config(head_from_name(head, eps, alpha=alpha), n_layer=1, n_embd=16, n_head=2,
+                               n_positions=64, vocab_size=V, eos_token_id=V - 1, bos_token_id=V - 1,
+                               resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0).train()
     batch = a_batch()
     total, count = model.token_loss(batch)
-    logits = model.model(input_ids=batch.inputs, use_cache=False).logits
-    plain = model.head.token_losses(logits, batch.targets, batch.context_mask)[batch.target_mask].sum()
-    assert torch.equal(total, plain) and int(count) == batch.num_target_tokens
+    assert torch.equal(total, plain_token_loss(model, batch)) and int(count) == batch.num_target_tokens
+    with torch.no_grad():
+        assert torch.equal(model.token_loss(batch)[0], total)
+
+
+def test_projected_nll_rejects_mismatched_shapes():
+    from nmst_lib.heads import projected_nll_token_losses
+
+    h = head_from_name("va")
+    with pytest.raises(ValueError, match="agree on H"):
+        projected_nll_token_losses(h, torch.randn(2, 3, 4), torch.randn(10, 5), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="targets"):
+        projected_nll_token_losses(h, torch.randn(2, 3, 4, requires_grad=True), torch.randn(10, 4),
+                                   torch.full((2, 3), 10))
