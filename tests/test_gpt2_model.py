@@ -270,3 +270,21 @@ def test_projected_nll_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match="targets"):
         projected_nll_token_losses(h, torch.randn(2, 3, 4, requires_grad=True), torch.randn(10, 4),
                                    torch.full((2, 3), 10))
+
+
+def test_gpt2_token_loss_under_autocast_matches_the_plain_path():
+    """Mixed precision (bfloat16 autocast on the CPU, as float16 on CUDA): the projection runs in
+    the autocast dtype, the head in float32, and both paths agree."""
+    model = small_gpt2("st", 1e-3).train()
+    batch = a_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lean = model.token_loss(batch)[0]
+        plain = plain_token_loss(model, batch)
+    assert lean.dtype == torch.float32 and torch.equal(lean, plain)
+    lean.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    plain.backward()
+    for n, p in model.named_parameters():
+        assert grads[n].dtype == p.grad.dtype == torch.float32
+        torch.testing.assert_close(grads[n], p.grad, rtol=2e-2, atol=1e-4, msg=n)
