@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="re-evaluate models whose result is current")
     g.add_argument("--dry-run", action="store_true", help="list the models and their status, run nothing")
     _add_common(p)
+
     p = sub.add_parser("gpt2", help="Chapter 7's GPT-2 suite: VA, ST and NMST output layers (Choi, Cho, Lee 2023 "
                                     "Sec. 4.2; Welleck et al. 2020 Sec. 5.3)",
                        description="Train (or resume) the GPT-2 models of the profile with a vanilla (VA), "
