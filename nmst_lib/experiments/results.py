@@ -201,10 +201,13 @@ def code_version() -> dict:
     """The code that produced a result: git SHA of HEAD (None when the library is not a source
     checkout, e.g. an installed wheel, even one whose environment lies inside some other git
     repository) and whether the library (``nmst_lib/``, ``pyproject.toml``) has uncommitted
-    changes; plus the library's version."""
+    changes, results in ``nmst_lib/published_results`` not counted; plus the library's version."""
     checkout = is_source_checkout()
     sha = _git("rev-parse", "HEAD") if checkout else None
-    status = _git("status", "--porcelain", "--", "nmst_lib", "pyproject.toml") if checkout else None
+    # Results themselves are not code: a suite writes one file per model into the published folder,
+    # and counting those made every result after the first look "dirty" (Chapter 7's first cpu run).
+    status = _git("status", "--porcelain", "--", "nmst_lib", "pyproject.toml",
+                  f":(exclude)nmst_lib/{_PUBLISHED_FOLDER}") if checkout else None
     import nmst_lib
 
     return {
