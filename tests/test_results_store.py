@@ -23,6 +23,7 @@ from nmst_lib.experiments import results as R
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED = REPO / "nmst_lib" / "published_results" / "wikitext2"
 N_PUBLISHED = 30
+N_PUBLISHED_GPT2 = 6  # Chapter 7's cpu suite (nmst_lib.experiments.gpt2.gpt2_suite_configs("cpu"))
 
 
 @pytest.fixture
@@ -47,6 +48,19 @@ def test_published_results_are_the_package_data():
     files = sorted(p.name for p in (R.published_results_dir() / "wikitext2").glob("*.json"))
     assert len(files) == N_PUBLISHED
     assert files == sorted(f"{c.key}.json" for c in suite_configs("cpu"))
+
+
+def test_the_committed_gpt2_results_are_current_and_found_in_their_folder(write_dir):
+    """Chapter 7 (07_gpt2): the cpu GPT-2 results are package data in published_results/gpt2/,
+    CURRENT for today's configs and found through the same fallback as Chapter 6's."""
+    from nmst_lib.experiments.gpt2 import gpt2_suite_configs, load_gpt2_results
+
+    files = sorted(p.name for p in (R.published_results_dir() / "gpt2").glob("*.json"))
+    assert len(files) == N_PUBLISHED_GPT2
+    assert files == sorted(f"{c.key}.json" for c in gpt2_suite_configs("cpu"))
+    found = load_gpt2_results("cpu")
+    assert {(s.status, s.source) for s in found} == {(CURRENT, R.PUBLISHED)}
+    assert all(s.path.parent == R.published_results_dir() / "gpt2" for s in found)
 
 
 def test_the_committed_cpu_results_are_current_and_found_through_the_fallback(write_dir):
@@ -184,11 +198,12 @@ def wheel(tmp_path_factory):
 def test_the_wheel_carries_every_published_result(wheel):
     with zipfile.ZipFile(wheel) as z:
         inside = {n: z.read(n) for n in z.namelist() if n.startswith("nmst_lib/published_results/")}
-    # every chapter's folder travels: Chapter 6's wikitext2/ and Chapter 8's sparse/
+    # every chapter's folder travels: Chapter 6's wikitext2/, Chapter 7's gpt2/ and Chapter 8's sparse/
     every = sorted(p.relative_to(REPO).as_posix() for p in PUBLISHED.parent.glob("*/*.json"))
     assert sorted(inside) == every
     assert sum(name.startswith("nmst_lib/published_results/wikitext2/") for name in inside) == N_PUBLISHED
     assert sum(name.startswith("nmst_lib/published_results/sparse/") for name in inside) == 4
+    assert sum(name.startswith("nmst_lib/published_results/gpt2/") for name in inside) == N_PUBLISHED_GPT2
     for name, payload in inside.items():
         assert payload == (REPO / name).read_bytes()
 
