@@ -119,7 +119,7 @@ def gpt2_suite_configs(profile: str) -> list[ExperimentConfig]:
       every decoder (greedy, ancestral, top-2/4, nucleus-0.2/0.4, beam-2/4; VA also consistent
       top-2 and nucleus-0.2), so that the tests exercise the whole pipeline in seconds.
     * ``cpu``: VA; NMST at each eps of ``GPT2_CPU_EPS`` (1e-4, 5e-4, 2.5e-3); ST at 5e-4 and
-      2.5e-3 only (:data:`CPU_ST_EPS`); seed 0: 6 models. ST at 1e-4 was dropped for time: on 2
+      2.5e-3 only (``CPU_ST_EPS``); seed 0: 6 models. ST at 1e-4 was dropped for time: on 2
       shared cores each model took 15-37 minutes (VA's beam-4 alone 19 minutes, since VA rarely
       stops by L = 1,000), and a seventh did not fit the session. Decoders as
       :func:`~nmst_lib.experiments.config.make_config` gives them (every decoder for VA and the
