@@ -61,7 +61,7 @@ from .config import (
     make_config,
 )
 from .results import CURRENT, StoredResult, load_result, save_result
-from .runs import evaluate_trained, run_experiment
+from .runs import evaluate_trained, pending_configs, run_experiment
 from .train import default_device, train
 
 __all__ = [
@@ -186,14 +186,8 @@ def run_gpt2_suite(profile: str, *, results_dir=None, only=None, force: bool = F
     if not ctx.is_main:
         say = lambda msg: None  # noqa: E731 - rank 0 speaks for all
     device = ctx.device if ctx.distributed else (torch.device(device) if device is not None else default_device())
-    todo = []
-    for i, config in enumerate(configs, 1):
-        stored = load_result(config, results_dir)
-        if stored.status == CURRENT and not force:
-            say(f"[gpt2 {i}/{len(configs)}] {config.key}: current, skipped")
-        else:
-            say(f"[gpt2 {i}/{len(configs)}] {config.key}: {stored.status}, to run")
-            todo.append(config)
+    todo = pending_configs(configs, lambda c: load_result(c, results_dir), force=force, log=say, tag="gpt2",
+                           action="to run")
     if ctx.distributed:
         for config in todo:  # every process trains; rank 0 writes the checkpoint
             train(config, checkpoint_dir=checkpoint_dir, resume=not force, progress=progress,

@@ -55,6 +55,7 @@ __all__ = [
     "run_experiment",
     "load_or_run",
     "suite_configs",
+    "pending_configs",
     "run_suite",
 ]
 
@@ -392,6 +393,25 @@ def _run_suite_job(payload) -> str:
     return config.key
 
 
+def pending_configs(configs, load, *, force: bool = False, log: Callable[[str], None] | None = None,
+                    tag: str = "suite", action: str = "running") -> list:
+    """The configs of a suite that must run: those whose stored result (``load(config)``, a
+    :class:`~nmst_lib.experiments.results.StoredResult`) is not CURRENT, or all of them with
+    ``force``. Says one line per config through ``log`` (``[tag i/n] key: current, skipped`` or
+    ``[tag i/n] key: missing, running``). The skip-or-queue step of every chapter's suite
+    (Chapters 6-9)."""
+    say = log or (lambda msg: None)
+    todo = []
+    for i, config in enumerate(configs, 1):
+        stored = load(config)
+        if stored.status == CURRENT and not force:
+            say(f"[{tag} {i}/{len(configs)}] {config.key}: current, skipped")
+        else:
+            say(f"[{tag} {i}/{len(configs)}] {config.key}: {stored.status}, {action}")
+            todo.append(config)
+    return todo
+
+
 def run_suite(profile: str, *, results_dir=None, checkpoint_dir=None, force: bool = False, device=None,
               progress: bool = True, log: Callable[[str], None] | None = print, command: str | None = None,
               only: Callable[[ExperimentConfig], bool] | None = None, jobs: int = 1,
@@ -406,14 +426,8 @@ def run_suite(profile: str, *, results_dir=None, checkpoint_dir=None, force: boo
     jobs = check_positive_int(jobs, "jobs")
     device = torch.device(device) if device is not None else default_device()
     configs = [c for c in suite_configs(profile) if only is None or only(c)]
-    todo = []
-    for i, config in enumerate(configs, 1):
-        stored = load_result(config, results_dir)
-        if stored.status == CURRENT and not force:
-            say(f"[suite {i}/{len(configs)}] {config.key}: current, skipped")
-        else:
-            say(f"[suite {i}/{len(configs)}] {config.key}: {stored.status}, {'queued' if jobs > 1 else 'running'}")
-            todo.append(config)
+    todo = pending_configs(configs, lambda c: load_result(c, results_dir), force=force, log=say, tag="suite",
+                           action="queued" if jobs > 1 else "running")
     kwargs = dict(results_dir=results_dir, checkpoint_dir=checkpoint_dir, resume=not force, command=command)
     if jobs > 1 and len(todo) > 1:
         import multiprocessing

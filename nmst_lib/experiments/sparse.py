@@ -87,7 +87,7 @@ from .results import (
     utc_now,
     write_json_atomic,
 )
-from .runs import decode_at_scale, decoding_context_indices, sparse_histogram
+from .runs import decode_at_scale, decoding_context_indices, pending_configs, sparse_histogram
 from .train import TrainedRun, _autocast, default_device, train
 
 __all__ = [
@@ -735,12 +735,8 @@ def run_sparse_suite(profile: str, *, results_dir=None, checkpoint_dir=None, for
     say = log or (lambda msg: None)
     device = torch.device(device) if device is not None else default_device()
     configs = [c for c in sparse_suite_configs(profile) if only is None or only(c)]
-    for i, config in enumerate(configs, 1):
-        stored = load_sparse_result(config, results_dir)
-        if stored.status == CURRENT and not force:
-            say(f"[sparse {i}/{len(configs)}] {config.key}: current, skipped")
-            continue
-        say(f"[sparse {i}/{len(configs)}] {config.key}: {stored.status}, running")
+    for config in pending_configs(configs, lambda c: load_sparse_result(c, results_dir), force=force, log=say,
+                                  tag="sparse"):
         run_sparse(config, results_dir=results_dir, checkpoint_dir=checkpoint_dir, resume=True, device=device,
                    progress=progress, log=log, command=command)
     return [load_sparse_result(c, results_dir) for c in configs]
