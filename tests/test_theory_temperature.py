@@ -1,0 +1,291 @@
+"""Tests for Chapter 9's results (09_temperature) in nmst_lib.theory: what a global and a per-token
+temperature do to the softmax (:func:`tempered_softmax`, :func:`tempered_entropy`,
+:func:`entropy_temperature_derivative`, :func:`tempered_nucleus_size`, :func:`can_become_argmax`),
+the softmax reading of eq. 5 (:func:`softmax_temperature_mean`) and the NMST floor under a
+temperature on the non-eos logits (:func:`tempered_nmst_log_probs`)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nmst_lib.decoding import nucleus_mask, top_k_mask
+from nmst_lib.heads import eos_lower_bound, nmst_log_probs
+from nmst_lib.theory import (
+    can_become_argmax,
+    entropy_temperature_derivative,
+    softmax_temperature_mean,
+    tempered_entropy,
+    tempered_log_softmax,
+    tempered_nmst_log_probs,
+    tempered_nucleus_size,
+    tempered_softmax,
+)
+
+F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def scores(seed, shape=(4, 30), scale=2.0, shift=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return scale * torch.randn(*shape, generator=g, dtype=F64) + shift
+
+
+# --------------------------------------------------------------------------- the tempered softmax
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), scale=st.sampled_from([0.1, 1.0, 10.0]))
+def test_tempered_softmax_is_softmax_of_logits_over_temperature(seed, scale):
+    z = scores(seed, scale=scale)
+    g = torch.Generator().manual_seed(seed + 1)
+    per_token = 0.5 + 3 * torch.rand(z.shape, generator=g, dtype=F64)
+    for tau in (1.0, 0.3, 7.0, per_token, per_token[..., :1]):
+        p = tempered_softmax(z, tau)
+        assert torch.allclose(p, torch.softmax(z / tau, -1), atol=1e-14)
+        assert torch.allclose(p.sum(-1), torch.ones(4, dtype=F64), atol=1e-12)
+    assert torch.allclose(tempered_softmax(z, 1.0), torch.softmax(z, -1), atol=1e-15)
+
+
+def test_tempered_log_softmax_stays_finite_for_huge_logits_and_tiny_temperatures():
+    z = torch.tensor([[1e4, -1e4, 0.0]], dtype=torch.float32)
+    lp = tempered_log_softmax(z, 1e-3)
+    assert torch.isfinite(lp).all() and lp[0, 0] == 0
+
+
+def test_constant_temperature_cancels_against_scaled_logits():
+    z = scores(3)
+    assert torch.allclose(tempered_softmax(2.5 * z, 2.5), torch.softmax(z, -1), atol=1e-14)
+
+
+# --------------------------------------------------------------------------- entropy
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), tau=st.floats(0.05, 20.0), scale=st.sampled_from([0.1, 1.0, 5.0]))
+def test_entropy_derivative_is_variance_over_temperature_cubed_and_matches_autograd(seed, tau, scale):
+    z = scores(seed, scale=scale)
+    t = torch.tensor(tau, dtype=F64, requires_grad=True)
+    tempered_entropy(z, t).sum().backward()
+    d = entropy_temperature_derivative(z, tau)
+    assert (d >= 0).all()
+    assert math.isclose(float(t.grad), float(d.sum()), rel_tol=1e-8, abs_tol=1e-12)
+    p = torch.softmax(z / tau, -1)
+    var = (p * (z - (p * z).sum(-1, keepdim=True)) ** 2).sum(-1)
+    assert torch.allclose(d, var / tau**3, rtol=1e-10, atol=1e-300)
+
+
+def test_entropy_is_non_decreasing_in_a_global_temperature_with_the_right_limits():
+    z = scores(5, shape=(6, 50))
+    z[0, 3] = z[0, 7] = z[0].max() + 1.0                 # a tied argmax in row 0
+    taus = torch.logspace(-6, 3, 200, dtype=F64)
+    H = torch.stack([tempered_entropy(z, float(t)) for t in taus])   # [taus, rows]
+    assert (H[1:] >= H[:-1] - 1e-12).all()
+    assert torch.allclose(H[0, 1:], torch.zeros(5, dtype=F64), atol=1e-6)   # T -> 0: a point mass
+    assert math.isclose(float(H[0, 0]), math.log(2), abs_tol=1e-6)          # ... on the two tied tokens
+    assert torch.allclose(H[-1], torch.full((6,), math.log(50), dtype=F64), atol=1e-4)  # T -> inf: uniform
+    per_row = torch.linspace(0.5, 3, 6, dtype=F64)[:, None]
+    assert torch.allclose(entropy_temperature_derivative(z, per_row),
+                          torch.stack([entropy_temperature_derivative(z[i:i + 1], float(per_row[i])) for i in range(6)]).squeeze(1))
+
+
+def test_entropy_derivative_is_zero_exactly_for_constant_logits():
+    z = torch.full((2, 9), 1.7, dtype=F64)
+    assert torch.equal(entropy_temperature_derivative(z, 1.3), torch.zeros(2, dtype=F64))
+
+
+def test_entropy_derivative_refuses_a_per_token_temperature():
+    z = scores(1)
+    with pytest.raises(ValueError, match="one temperature per row"):
+        entropy_temperature_derivative(z, torch.ones_like(z))
+
+
+# --------------------------------------------------------------------------- ranking and candidate sets
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 29), tau=st.floats(0.05, 50.0))
+def test_a_global_temperature_keeps_the_ranking_and_the_top_k_set(seed, k, tau):
+    z = scores(seed)
+    log_p = tempered_log_softmax(z, tau)
+    assert torch.equal(torch.argsort(log_p, dim=-1, descending=True, stable=True),
+                       torch.argsort(z, dim=-1, descending=True, stable=True))
+    assert torch.equal(top_k_mask(log_p, k), top_k_mask(z.log_softmax(-1), k))
+    assert torch.equal(log_p.argmax(-1), z.argmax(-1))          # greedy's choice cannot change
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), mu=st.floats(0.05, 0.99))
+def test_nucleus_is_a_prefix_of_the_same_ranking_and_grows_with_the_temperature(seed, mu):
+    z = scores(seed, shape=(5, 60))
+    taus = torch.logspace(-1.5, 1.5, 40, dtype=F64)
+    sizes = torch.stack([tempered_nucleus_size(z, float(t), mu) for t in taus])
+    assert (sizes[1:] >= sizes[:-1]).all()
+    order = torch.argsort(z, dim=-1, descending=True, stable=True)
+    for t, size in zip(taus, sizes):
+        mask = nucleus_mask(tempered_log_softmax(z, float(t)), mu)
+        assert torch.equal(mask.sum(-1), size)
+        prefix = torch.arange(60)[None, :] < size[:, None]          # the first `size` tokens of z's ranking
+        assert torch.equal(mask.gather(-1, order), prefix)
+
+
+def test_nucleus_size_against_a_hand_computation():
+    z = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]], dtype=F64))
+    assert tempered_nucleus_size(z, 1.0, 0.5).item() == 1
+    assert tempered_nucleus_size(z, 1.0, 0.79).item() == 2   # (exactly 0.8 is a rounding coin flip)
+    assert tempered_nucleus_size(z, 1.0, 0.81).item() == 3
+    assert tempered_nucleus_size(z, 1.0, 1.0).item() == 4
+    with pytest.raises(ValueError, match="mu"):
+        tempered_nucleus_size(z, 1.0, 0.0)
+
+
+# --------------------------------------------------------------------------- per-token reordering
+
+
+def _brute_force_reachable(z, lo, hi, samples=4000, seed=0):
+    """Tokens that are the strict argmax of z / T for some T in [lo, hi]^V: every corner of the box
+    (the proposition says corners suffice) plus random interior points, which must add nothing."""
+    V = z.shape[-1]
+    corners = torch.tensor([[lo if (c >> v) & 1 else hi for v in range(V)] for c in range(2**V)], dtype=F64)
+    g = torch.Generator().manual_seed(seed)
+    interior = lo + (hi - lo) * torch.rand(samples, V, generator=g, dtype=F64)
+    reach_corners, reach_all = torch.zeros(V, dtype=torch.bool), torch.zeros(V, dtype=torch.bool)
+    for T, target in ((corners, reach_corners), (torch.cat([corners, interior]), reach_all)):
+        r = z / T
+        top2 = torch.topk(r, 2, -1).values
+        strict = top2[:, 0] > top2[:, 1]
+        target[r.argmax(-1)[strict].unique()] = True
+    return reach_corners, reach_all
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), V=st.integers(2, 7), shift=st.sampled_from([-3.0, 0.0, 3.0]),
+       lo=st.floats(0.2, 3.0), ratio=st.floats(1.0, 4.0))
+def test_can_become_argmax_agrees_with_a_search_over_temperatures(seed, V, shift, lo, ratio):
+    z = scores(seed, shape=(V,), shift=shift)
+    hi = lo * ratio
+    mask = can_become_argmax(z, None, lo, hi)
+    corners, everything = _brute_force_reachable(z, lo, hi, seed=seed)
+    assert torch.equal(mask, corners) and torch.equal(mask, everything)
+    assert all(bool(can_become_argmax(z, j, lo, hi)) == bool(mask[j]) for j in range(V))
+    assert mask[z.argmax()]                                   # the argmax itself always can
+
+
+def test_a_global_range_lets_only_the_argmax_win():
+    z = scores(2, shape=(3, 12))
+    mask = can_become_argmax(z, None, 2.0, 2.0)
+    assert torch.equal(mask, torch.nn.functional.one_hot(z.argmax(-1), 12).bool())
+
+
+def test_positive_logits_can_be_overtaken_within_the_ratio_of_the_range():
+    # range [2, 4] (a = 1, b = 1/2): hi / lo = 2, so a positive z_j wins iff z_j > z_max / 2
+    z = torch.tensor([10.0, 5.01, 4.99, 1.0], dtype=F64)
+    assert can_become_argmax(z, None, 2.0, 4.0).tolist() == [True, True, False, False]
+
+
+def test_per_token_temperature_is_not_shift_invariant():
+    z = torch.tensor([10.0, 6.0], dtype=F64)
+    assert can_become_argmax(z, 1, 2.0, 4.0)                  # 6/2 = 3 > 10/4 = 2.5
+    assert not can_become_argmax(z - 9.0, 1, 2.0, 4.0)        # [1, -3]: -3/4 < 1/4, the same softmax
+    assert torch.allclose(torch.softmax(z, -1), torch.softmax(z - 9.0, -1), atol=1e-15)
+    # the same temperatures on shifted logits give another distribution; a global one does not
+    T = torch.tensor([4.0, 2.0], dtype=F64)
+    assert not torch.allclose(tempered_softmax(z, T), tempered_softmax(z + 5.0, T))
+    assert torch.allclose(tempered_softmax(z, 3.0), tempered_softmax(z + 5.0, 3.0), atol=1e-14)
+
+
+def test_can_become_argmax_rejects_bad_ranges_and_ids():
+    z = scores(0, shape=(5,))
+    with pytest.raises(ValueError, match="lo <= hi"):
+        can_become_argmax(z, 0, 4.0, 2.0)
+    with pytest.raises(ValueError, match="lo <= hi"):
+        can_become_argmax(z, 0, 0.0, 2.0)
+    with pytest.raises(ValueError, match="j must be in"):
+        can_become_argmax(z, 5, 1.0, 2.0)
+    with pytest.raises(TypeError, match="lo"):
+        can_become_argmax(z, 0, None, 2.0)
+
+
+# --------------------------------------------------------------------------- the softmax reading of eq. 5
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), V=st.integers(1, 5000), a=st.floats(0.1, 3.0), b=st.floats(0.1, 3.0))
+def test_softmax_normalised_temperatures_have_a_constant_mean(seed, V, a, b):
+    g = torch.Generator().manual_seed(seed)
+    mu = 5 * torch.randn(3, V, generator=g, dtype=F64)
+    tau = (torch.softmax(mu, -1) + a) / b
+    expected = softmax_temperature_mean(V, a, b)
+    assert torch.allclose(tau.mean(-1), torch.full((3,), expected, dtype=F64), rtol=1e-12)
+    assert math.isclose(expected, (a + 1 / V) / b, rel_tol=1e-15)
+
+
+def test_softmax_temperature_mean_matches_the_papers_scale():
+    # PTB, K = 10,000, (a, b) = (1, 1/2): T_v - 2 averages 2e-4, the order of their reported 8.34e-5
+    assert math.isclose(softmax_temperature_mean(10_000, 1.0, 0.5) - 2.0, 2e-4, rel_tol=1e-9)
+    for bad in ((0, 1.0, 0.5), (10, 0.0, 0.5), (10, 1.0, -1.0), (10, float("nan"), 1.0)):
+        with pytest.raises((ValueError, TypeError)):
+            softmax_temperature_mean(*bad)
+
+
+# --------------------------------------------------------------------------- CT + NMST
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), eps=st.sampled_from([1e-5, 1e-3, 5e-2]),
+       log_tau=st.floats(-8.0, 8.0), scale=st.sampled_from([1.0, 30.0]))
+def test_temperature_on_the_non_eos_logits_keeps_the_nmst_floor(seed, eps, log_tau, scale):
+    T_, V = 40, 9
+    eos = V - 1
+    z = scores(seed, shape=(3, T_, V), scale=scale)
+    g = torch.Generator().manual_seed(seed)
+    tau = torch.exp(log_tau + torch.randn(3, T_, V, generator=g, dtype=F64))   # wild per-token temperatures
+    lp = tempered_nmst_log_probs(z, tau, eos, eps)
+    t = torch.arange(1, T_ + 1, dtype=F64)
+    assert torch.allclose(lp.exp().sum(-1), torch.ones(3, T_, dtype=F64), atol=1e-10)
+    assert (lp[..., eos].exp() >= eos_lower_bound(t, eps) * (1 - 1e-12)).all()
+    # eos's probability does not depend on the temperatures at all ...
+    assert torch.allclose(lp[..., eos], nmst_log_probs(z, eos, eps)[..., eos], atol=1e-12)
+    # ... and the others share 1 - p(eos) as a softmax of z / T over the non-eos tokens
+    rest = torch.softmax(z[..., :eos] / tau[..., :eos], -1) * (-torch.expm1(lp[..., eos:]))
+    assert torch.allclose(lp[..., :eos].exp(), rest, atol=1e-12)
+
+
+def test_tempered_nmst_with_unit_temperature_is_nmst():
+    z = scores(4, shape=(2, 15, 7))
+    assert torch.allclose(tempered_nmst_log_probs(z, 1.0, 6, 1e-2), nmst_log_probs(z, 6, 1e-2), atol=1e-14)
+    assert torch.allclose(tempered_nmst_log_probs(z[:, 3], 2.0, 6, 1e-2, t=4),
+                          tempered_nmst_log_probs(z, 2.0, 6, 1e-2)[:, 3], atol=1e-14)
+
+
+# --------------------------------------------------------------------------- argument checks
+
+
+@pytest.mark.parametrize("tau, error, match", [
+    (0.0, ValueError, "> 0"), (-1.0, ValueError, "> 0"), (float("nan"), ValueError, "> 0"),
+    (float("inf"), ValueError, "> 0"), (True, TypeError, "bool"), ("2", TypeError, "positive number"),
+    (torch.ones(3, 7), ValueError, "broadcast"), (torch.ones(2, 4, 30), ValueError, "enlarge"),
+])
+def test_temperatures_are_checked(tau, error, match):
+    with pytest.raises(error, match=match):
+        tempered_softmax(scores(0), tau)
+
+
+def test_logits_are_checked():
+    with pytest.raises(TypeError, match="floating-point"):
+        tempered_entropy(torch.ones(3, dtype=torch.long), 1.0)
+    with pytest.raises(ValueError, match="finite"):
+        tempered_entropy(torch.tensor([0.0, -math.inf]), 1.0)
+    with pytest.raises(ValueError, match="last dimension"):
+        tempered_entropy(torch.tensor(1.0), 1.0)
