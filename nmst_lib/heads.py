@@ -720,11 +720,18 @@ class OutputHead(nn.Module):
       Fenchel-Young losses instead (Martins et al. (2020), eq. 6; Chapter 8, 08_sparse),
       because ``-log p(y)`` is infinite for a target outside a sparse support. Context
       positions get the loss of the head's distribution there too; callers drop them.
+    * ``uses_hidden`` (class attribute, False here): True for output layers that also read
+      the model's pre-output hidden state, such as the contextual-temperature layer
+      :class:`nmst_lib.temperature.ContextualHead` (Chapter 9, 09_temperature). The model then
+      passes ``hidden=`` (the tensor its output projection reads) and ``output=`` (that
+      projection) as keyword arguments to ``forward``, ``step`` and ``token_losses``; heads
+      with ``uses_hidden`` False are called exactly as above.
     """
 
     name = "?"
     eps: float | None = None
     alpha: float | None = None
+    uses_hidden: bool = False
 
     def __init__(self, eos_id: int = -1):
         super().__init__()

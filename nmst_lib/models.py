@@ -55,7 +55,10 @@ class RecurrentLM(nn.Module):
 
     The embedding size equals ``hidden`` so that the output projection can share the embedding
     matrix (weight tying). ``head`` is any :class:`nmst_lib.heads.OutputHead` (default: vanilla
-    softmax); its eos must be the last id, as in :class:`nmst_lib.data.Vocabulary`.
+    softmax); its eos must be the last id, as in :class:`nmst_lib.data.Vocabulary`. A head
+    with ``uses_hidden`` (:class:`nmst_lib.temperature.ContextualHead`, Chapter 9,
+    09_temperature) also receives the pre-output hidden state (:meth:`features`) and the
+    output layer, in teacher forcing, in the loss and in every decoding step.
     Subclasses fix the cell: :class:`RNNLM` (tanh) and :class:`LSTMLM`.
     """
 
@@ -103,10 +106,49 @@ class RecurrentLM(nn.Module):
 
     # ---------------------------------------------------------------- training (teacher forcing)
 
+    def features(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The pre-output hidden states ``[B, T, H]`` (teacher forcing): the last RNN layer's
+        output after dropout, the tensor the tied output projection reads
+        (``logits(inputs) == output(features(inputs))``). A head with ``uses_hidden`` (the
+        contextual temperature of Chapter 9, 09_temperature) receives it as ``hidden=``."""
+        hidden, _ = self.rnn(self.drop(self.embedding(inputs)))
+        return self.drop(hidden)
+
     def logits(self, inputs: torch.Tensor) -> torch.Tensor:
         """Raw output-layer scores ``[B, T, V]`` before the head (teacher forcing)."""
-        hidden, _ = self.rnn(self.drop(self.embedding(inputs)))
-        return self.output(self.drop(hidden))
+        return self.output(self.features(inputs))
+
+    @property
+    def _uses_hidden(self) -> bool:
+        return bool(getattr(self.head, "uses_hidden", False))
+
+    def _hidden_head_call(self, method: str, features: torch.Tensor, *args):
+        """``head.<method>(logits, *args, hidden=features, output=self.output)``, the head outside
+        autocast with float16/bfloat16 tensors upcast to float32 (float64 models stay float64);
+        the logits are not computed for a head whose ``needs_logits`` is False (MoS)."""
+        logits = self.output(features) if getattr(self.head, "needs_logits", True) else None
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            if features.dtype in (torch.float16, torch.bfloat16):
+                features = features.float()
+            if logits is not None and logits.dtype in (torch.float16, torch.bfloat16):
+                logits = logits.float()
+            return getattr(self.head, method)(logits, *args, hidden=features, output=self.output)
+
+    def temperatures(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The contextual temperatures ``tau[B, T, V]`` of ``inputs[B, T]`` (teacher forcing;
+        Contextual Temperature (2020), eq. 5; Chapter 9, 09_temperature), computed from
+        :meth:`features` (so with dropout in training mode: call ``eval()`` first for the
+        model's deterministic temperatures). ValueError if the head has no temperature."""
+        if not self._uses_hidden or getattr(self.head, "temperature", None) is None:
+            raise ValueError(f"the output layer {getattr(self.head, 'name', type(self.head).__name__)} has no contextual "
+                             "temperature (build the head with nmst_lib.temperature.contextual_head(normalisation=...))")
+        if inputs.dim() != 2:
+            raise ValueError(f"inputs must be LongTensor[B, T], got shape {tuple(inputs.shape)}")
+        features = self.features(inputs)
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            if features.dtype in (torch.float16, torch.bfloat16):
+                features = features.float()
+            return self.head.temperatures(features)
 
     def _apply_head(self, logits: torch.Tensor, context_mask: torch.Tensor | None) -> torch.Tensor:
         # The head runs in float32 even under mixed-precision autocast (log-space ST/NMST math).
@@ -120,6 +162,8 @@ class RecurrentLM(nn.Module):
         :class:`nmst_lib.data.Batch`). Trailing padding needs no mask: the RNN is causal."""
         if inputs.dim() != 2:
             raise ValueError(f"inputs must be LongTensor[B, T], got shape {tuple(inputs.shape)}")
+        if self._uses_hidden:
+            return self._hidden_head_call("forward", self.features(inputs), context_mask)
         return self._apply_head(self.logits(inputs), context_mask)
 
     def token_nll(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,11 +183,17 @@ class RecurrentLM(nn.Module):
         vanilla, ST and NMST heads (then this equals :meth:`token_nll`, bit for bit: Choi, Cho,
         Lee (2023) eq. 3; Chapter 6, 06_wikitext), the entmax loss (a Fenchel-Young loss,
         Martins et al. (2020) eq. 6) for the entmax head, and its NMST-entmax version (Chapter
-        8, 08_sparse). Like the head itself it runs in float32 even under autocast."""
+        8, 08_sparse), the NLL times the mean temperature for a contextual-temperature head with
+        loss scaling (Contextual Temperature (2020) eq. 7; Chapter 9, 09_temperature). Like the
+        head itself it runs in float32 even under autocast."""
         batch = batch.to(self.device)
-        logits = self.logits(batch.inputs)
-        with torch.autocast(device_type=logits.device.type, enabled=False):
-            losses = self.head.token_losses(logits.float(), batch.targets, batch.context_mask)
+        if self._uses_hidden:
+            losses = self._hidden_head_call("token_losses", self.features(batch.inputs), batch.targets,
+                                            batch.context_mask)
+        else:
+            logits = self.logits(batch.inputs)
+            with torch.autocast(device_type=logits.device.type, enabled=False):
+                losses = self.head.token_losses(logits.float(), batch.targets, batch.context_mask)
         scored = batch.target_mask
         return losses[scored].sum(), scored.sum()
 
@@ -176,9 +226,11 @@ class RecurrentLM(nn.Module):
             raise ValueError(f"contexts must be LongTensor[B, k] with k >= 1, got shape {tuple(contexts.shape)}")
         contexts = contexts.to(self.device)
         out, hidden = self.rnn(self.embedding(contexts))
-        logits = self.output(out[:, -1])
         head_state = self.head.initial_step_state(contexts.shape[0], self.device)
-        log_probs, head_state = self._head_step(logits, head_state)
+        if self._uses_hidden:
+            log_probs, head_state = self._hidden_head_call("step", out[:, -1], head_state)
+        else:
+            log_probs, head_state = self._head_step(self.output(out[:, -1]), head_state)
         return RecurrentState(hidden, head_state), log_probs
 
     @torch.no_grad()
@@ -187,7 +239,10 @@ class RecurrentLM(nn.Module):
         log-probabilities ``[B, V]``."""
         self._check_eval()
         out, hidden = self.rnn(self.embedding(tokens.to(self.device)).unsqueeze(1), state.hidden)
-        log_probs, head_state = self._head_step(self.output(out[:, 0]), state.head)
+        if self._uses_hidden:
+            log_probs, head_state = self._hidden_head_call("step", out[:, 0], state.head)
+        else:
+            log_probs, head_state = self._head_step(self.output(out[:, 0]), state.head)
         return RecurrentState(hidden, head_state), log_probs
 
     def select(self, state: RecurrentState, index: torch.Tensor) -> RecurrentState:
@@ -276,6 +331,9 @@ class GPT2LM(nn.Module):
         super().__init__()
         self.model = model
         self.head = _default_head() if head is None else head
+        if getattr(self.head, "uses_hidden", False):
+            raise ValueError("contextual temperature is implemented for RNNLM/LSTMLM (Chapter 9, 09_temperature), not "
+                             f"GPT-2: the {getattr(self.head, 'name', '?')} output layer needs the model's hidden state")
         self.vocab_size = int(model.config.vocab_size)
         eos = getattr(model.config, "eos_token_id", None)
         if eos != self.vocab_size - 1:
