@@ -1687,3 +1687,350 @@ def length_histogram_plot(
         ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper center")
     return fig
+
+
+# ---------------------------------------------------------------------------------------
+# Contextual temperature (Chapter 9)
+# ---------------------------------------------------------------------------------------
+
+__all__ += [
+    "temperature_over_training_plot",
+    "temperature_by_position_plot",
+    "eos_temperature_plot",
+    "temperature_explorer_html",
+]
+
+#: The colour map of Chapter 9's token-by-frequency figures: viridis, perceptually uniform and
+#: readable with every common form of colour blindness (dark = frequent tokens).
+TEMPERATURE_CMAP = "viridis"
+
+
+def _check_training_curves(epochs, temperatures, ranks, labels=None):
+    """Validate (epochs [R], temperatures [R, N], ranks [N], labels [N]) and return numpy copies."""
+    epochs = np.asarray(epochs.cpu() if isinstance(epochs, torch.Tensor) else epochs, dtype=np.float64)
+    temps = np.asarray(temperatures.cpu() if isinstance(temperatures, torch.Tensor) else temperatures, dtype=np.float64)
+    ranks = np.asarray(ranks.cpu() if isinstance(ranks, torch.Tensor) else ranks)
+    if epochs.ndim != 1 or epochs.size == 0:
+        raise ValueError(f"epochs must be a non-empty 1-D sequence (one per monitor record), got shape {epochs.shape}")
+    if not np.all(np.diff(epochs) >= 0):
+        raise ValueError("epochs must be non-decreasing (the monitor records in training order)")
+    if temps.ndim == 1:
+        temps = temps[:, None]
+    if temps.ndim != 2 or temps.shape[0] != epochs.size or temps.shape[1] == 0:
+        raise ValueError(f"temperatures must be [records, tokens] with {epochs.size} records, got shape {temps.shape}")
+    if not np.all(np.isfinite(temps)) or not np.all(temps > 0):
+        raise ValueError("temperatures must be finite and > 0")
+    if ranks.ndim != 1 or ranks.size != temps.shape[1]:
+        raise ValueError(f"ranks must give one frequency rank per tracked token ({temps.shape[1]}), got shape {ranks.shape}")
+    if not np.issubdtype(ranks.dtype, np.integer) or np.any(ranks < 0):
+        raise ValueError("ranks must be integers >= 0 (0 = the most frequent token)")
+    if labels is not None:
+        labels = [str(x) for x in labels]
+        if len(labels) != temps.shape[1]:
+            raise ValueError(f"labels must name each of the {temps.shape[1]} tracked tokens, got {len(labels)}")
+    return epochs, temps, ranks.astype(np.int64), labels
+
+
+def temperature_over_training_plot(
+    epochs,
+    temperatures,
+    ranks,
+    *,
+    labels: Sequence[str] | None = None,
+    highlight: int | None = None,
+    offset: float = 0.0,
+    ylim: tuple[float, float] | None = None,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+    colorbar: bool = True,
+) -> Figure:
+    """The temperature of tracked tokens over training, one line per token coloured by its frequency
+    rank: the analogue of Fig. 1(a) of *Contextual Temperature for Language Modeling* (2020).
+
+    Args:
+        epochs: ``[R]`` epochs of training done at each monitor record (0 = before training).
+        temperatures: ``[R, N]`` mean temperature of each of the N tracked tokens at each record.
+        ranks: ``[N]`` frequency ranks in the training data (0 = the most frequent token); the
+            colour bar shows them 1-based on a log scale.
+        labels: ``[N]`` the tokens' strings (used for ``highlight``'s legend entry).
+        highlight: index of one token drawn thick in vermillion above the others (which are
+            then drawn thin), as in the explorer of Chapter 9.
+        offset: subtracted from every temperature (the paper plots ``T - 2``, the lower end a/b
+            of its range); the y label says so.
+
+    Chapter 9 (``09_temperature``). Returns the figure.
+    """
+    epochs, temps, ranks, labels = _check_training_curves(epochs, temperatures, ranks, labels)
+    if isinstance(offset, bool) or not isinstance(offset, numbers.Real) or not math.isfinite(float(offset)):
+        raise TypeError(f"offset must be a finite number, got {offset!r}")
+    if highlight is not None:
+        highlight = check_index(highlight, temps.shape[1], "highlight")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8.2, 3.8))
+        fig.subplots_adjust(left=0.1, right=0.86 if colorbar else 0.97, bottom=0.14, top=0.9)
+    else:
+        fig = ax.figure
+    cmap = plt.get_cmap(TEMPERATURE_CMAP)
+    norm = matplotlib.colors.LogNorm(vmin=1, vmax=max(int(ranks.max()) + 1, 2))
+    y = temps - float(offset)
+    order = np.argsort(-ranks, kind="stable")  # rare tokens first, frequent ones drawn on top
+    thin = highlight is not None
+    for i in order:
+        if i == highlight:
+            continue
+        ax.plot(epochs, y[:, i], color=cmap(norm(ranks[i] + 1)), linewidth=0.6 if thin else 1.0,
+                alpha=0.35 if thin else 0.8)
+    if highlight is not None:
+        name = labels[highlight] if labels else f"token {highlight}"
+        ax.plot(epochs, y[:, highlight], color=COLORS["vermillion"], linewidth=2.6, marker="o", markersize=3,
+                label=f"{name} (frequency rank {ranks[highlight] + 1:,})")
+        ax.legend(loc="best", fontsize=9, framealpha=0.8, frameon=True)
+    if colorbar:
+        mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
+        mappable.set_array([])
+        bar = fig.colorbar(mappable, ax=ax, pad=0.02, fraction=0.05)
+        bar.set_label("frequency rank (1 = most frequent)", fontsize=9)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_xlabel("epochs of training")
+    ax.set_ylabel("temperature" + (f" − {_format_number(float(offset))}" if offset else ""))
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+def _check_band_series(series, x_key: str) -> dict:
+    if not isinstance(series, Mapping) or not series:
+        raise TypeError(f"series must be a non-empty mapping {{label: {{'{x_key}', 'mean', 'lower', 'upper'}}}}")
+    out = {}
+    for label, s in series.items():
+        if not isinstance(s, Mapping) or any(k not in s for k in ("mean", "lower", "upper")):
+            raise ValueError(f"series {label!r} must be a mapping with 'mean', 'lower' and 'upper' (and optionally "
+                             f"'{x_key}')")
+        mean = np.asarray(s["mean"], dtype=np.float64)
+        lower = np.asarray(s["lower"], dtype=np.float64)
+        upper = np.asarray(s["upper"], dtype=np.float64)
+        x = np.asarray(s[x_key], dtype=np.float64) if s.get(x_key) is not None else np.arange(1, mean.size + 1, dtype=np.float64)
+        if mean.ndim != 1 or mean.size == 0 or any(a.shape != mean.shape for a in (lower, upper, x)):
+            raise ValueError(f"series {label!r}: {x_key}, mean, lower and upper must be 1-D of the same non-zero length")
+        finite = np.isfinite(mean)
+        if np.any(finite & ((lower > mean + 1e-12) | (upper < mean - 1e-12))):
+            raise ValueError(f"series {label!r}: the band must contain the mean (lower <= mean <= upper)")
+        out[str(label)] = (x, mean, lower, upper)
+    return out
+
+
+def temperature_by_position_plot(
+    series: Mapping[str, Mapping],
+    *,
+    tick_labels: Sequence[str] | None = None,
+    segments: Sequence[tuple[str, int]] | None = None,
+    styles: Mapping[str, Mapping] | None = None,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+    ylabel: str = "mean temperature over the vocabulary",
+) -> Figure:
+    """Mean temperature against the position in the line, with 95% confidence bands: the analogue of
+    Fig. 1(b) of *Contextual Temperature for Language Modeling* (2020).
+
+    Args:
+        series: ``{label: {"mean": [P], "lower": [P], "upper": [P], "x": [P] (optional)}}``, one
+            model per label; ``lower``/``upper`` are the band's ends (e.g. a 95% normal interval
+            over lines). Positions without data may be NaN.
+        tick_labels: one label per position (e.g. the protocol "first 5, middle 5, last 5"
+            predicted tokens of lines of at least 15 tokens, as in the paper).
+        segments: ``[(name, length), ...]`` splitting the positions into named groups, separated
+            by dotted lines and named above the axes (e.g. ``[("first", 5), ("middle", 5),
+            ("last", 5)]``); the lengths must add up to P.
+        styles: matplotlib keyword arguments per label.
+
+    Chapter 9 (``09_temperature``). Returns the figure.
+    """
+    data = _check_band_series(series, "x")
+    styles = dict(styles or {})
+    n = next(iter(data.values()))[0].size
+    if tick_labels is not None:
+        tick_labels = [str(t) for t in tick_labels]
+        if any(x.size != len(tick_labels) for x, *_ in data.values()):
+            raise ValueError(f"tick_labels must give one label per position ({n}), got {len(tick_labels)}")
+    if segments is not None:
+        segments = [(str(name), check_positive_int(length, "segment length")) for name, length in segments]
+        if sum(length for _, length in segments) != n:
+            raise ValueError(f"the segment lengths must add up to the {n} positions, got {sum(l for _, l in segments)}")
+    fig, ax = _figure_and_axes(ax)
+    for i, (label, (x, mean, lower, upper)) in enumerate(data.items()):
+        style = _default_style(label, i)
+        style.update(styles.get(label, {}))
+        line, = ax.plot(x, mean, marker="o", markersize=3.5, label=label, **style)
+        ax.fill_between(x, lower, upper, color=line.get_color(), alpha=0.18, linewidth=0)
+    x0 = next(iter(data.values()))[0]
+    if tick_labels is not None:
+        ax.set_xticks(x0)
+        ax.set_xticklabels(tick_labels, fontsize=8)
+    if segments is not None:
+        start = 0
+        for k, (name, length) in enumerate(segments):
+            centre = (x0[start] + x0[start + length - 1]) / 2
+            ax.text(centre, 1.01, name, transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=9)
+            if k > 0:
+                ax.axvline((x0[start - 1] + x0[start]) / 2, color="0.5", linestyle=":", linewidth=1)
+            start += length
+    ax.set_xlabel("position of the predicted token in the line")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10, pad=16 if segments else None)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    return fig
+
+
+def eos_temperature_plot(
+    series: Mapping[str, Mapping],
+    *,
+    reference: Mapping[str, float] | None = None,
+    styles: Mapping[str, Mapping] | None = None,
+    ax: plt.Axes | None = None,
+    title: str | None = None,
+) -> Figure:
+    """The temperature of eos against the distance to the line's true end, with 95% bands.
+
+    Args:
+        series: ``{label: {"distance": [D], "mean": [D], "lower": [D], "upper": [D]}}``: at distance
+            0 the model predicts the token the line really ends with (eos), at distance d the
+            prediction d tokens earlier. Drawn with the end on the right.
+        reference: ``{label: value}``, a horizontal line per model (e.g. the mean temperature of
+            all tokens, or the range's ends), dashed in the series' colour.
+        styles: matplotlib keyword arguments per label.
+
+    A temperature does not set eos's probability by itself: a lower temperature sharpens the
+    logit ``z_eos / T_eos``, which helps eos only where ``z_eos`` is large (Chapter 9,
+    ``09_temperature``). Returns the figure.
+    """
+    data = _check_band_series(series, "distance")
+    styles = dict(styles or {})
+    fig, ax = _figure_and_axes(ax)
+    for i, (label, (d, mean, lower, upper)) in enumerate(data.items()):
+        if np.any(d < 0):
+            raise ValueError(f"series {label!r}: distances count tokens before the end and must be >= 0")
+        style = _default_style(label, i)
+        style.update(styles.get(label, {}))
+        line, = ax.plot(-d, mean, marker="o", markersize=3, label=label, **style)
+        ax.fill_between(-d, lower, upper, color=line.get_color(), alpha=0.18, linewidth=0)
+        if reference and label in reference:
+            ax.axhline(float(reference[label]), color=line.get_color(), linestyle="--", linewidth=1,
+                       label=f"{label}: all tokens")
+    ticks = [t for t in ax.get_xticks() if t <= 0]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{abs(t):g}" for t in ticks])
+    ax.set_xlim(min(-d.max() for d, *_ in data.values()) - 0.5, 0.5)
+    ax.set_xlabel("tokens before the line's end (0: the step that should predict eos)")
+    ax.set_ylabel("temperature of eos")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    return fig
+
+
+def _default_token_choices(ranks: np.ndarray, n: int) -> list[int]:
+    """Up to ``n`` token indices spread over the frequency ranks: the most frequent ones, then
+    log-spaced ranks down to the rarest tracked token."""
+    order = np.argsort(ranks, kind="stable")
+    if order.size <= n:
+        return order.tolist()
+    head = order[: max(1, n // 3)].tolist()
+    rest = order[len(head):]
+    picks = np.unique(np.geomspace(1, rest.size, n - len(head)).round().astype(int) - 1)
+    return head + rest[picks].tolist()
+
+
+def temperature_explorer_html(
+    runs: Mapping[str, Mapping],
+    *,
+    choices: Sequence[str] | None = None,
+    max_choices: int = 16,
+    initial_token: str | None = None,
+    offset: float | None = None,
+    dpi: int = 70,
+):
+    """"Choose the token to follow": the temperature of one token over training, with its frequency
+    rank, for the static website (Chapter 9, ``09_temperature``; *Contextual Temperature for
+    Language Modeling* (2020), Fig. 1(a)).
+
+    A menu picks the model (when there are several) and a menu picks the token; every frame is
+    drawn by :func:`temperature_over_training_plot` with every tracked token in the background
+    and the chosen one highlighted, on the same y axis for all tokens of a model. The frames are
+    pre-rendered PNGs switched by JavaScript (:func:`explorer_html`): no kernel needed.
+
+    Args:
+        runs: ``{model label: {"epochs": [R], "temperatures": [R, N], "ranks": [N], "tokens": [N]}}``
+            (ranks 0-based by training frequency; tokens as strings, escaped in the menu).
+        choices: the token strings offered in the menu (default: up to ``max_choices`` tokens
+            spread over the frequency ranks of the first model, always with ``<eos>`` and
+            ``<unk>`` when tracked). A choice missing from a model is drawn as a note.
+        initial_token: the token shown first (default: the first choice).
+        offset: subtracted from the temperatures (default: none).
+
+    Frames: models x choices; keep it to a few dozen.
+    """
+    if not isinstance(runs, Mapping) or not runs:
+        raise TypeError("runs must be a non-empty mapping {model label: {'epochs', 'temperatures', 'ranks', 'tokens'}}")
+    checked = {}
+    for label, run in runs.items():
+        if not isinstance(run, Mapping) or any(k not in run for k in ("epochs", "temperatures", "ranks", "tokens")):
+            raise ValueError(f"run {label!r} must be a mapping with 'epochs', 'temperatures', 'ranks' and 'tokens'")
+        checked[str(label)] = _check_training_curves(run["epochs"], run["temperatures"], run["ranks"], run["tokens"])
+    max_choices = check_positive_int(max_choices, "max_choices")
+    first = next(iter(checked.values()))
+    if choices is None:
+        _, _, ranks0, tokens0 = first
+        picked = [tokens0[i] for i in _default_token_choices(ranks0, max_choices)]
+        for special in ("<eos>", "<unk>"):
+            if special in tokens0 and special not in picked:
+                picked.append(special)
+        choices = picked
+    choices = list(dict.fromkeys(str(c) for c in choices))
+    if not choices:
+        raise ValueError("choices must name at least one token")
+    known = set().union(*(set(t) for *_, t in checked.values()))
+    unknown = [c for c in choices if c not in known]
+    if unknown:
+        raise ValueError(f"choices {unknown} are not tracked by any model")
+    if initial_token is not None and str(initial_token) not in choices:
+        raise ValueError(f"initial_token must be one of the choices, got {initial_token!r}")
+    start = choices.index(str(initial_token)) if initial_token is not None else 0
+    shift = 0.0 if offset is None else float(offset)
+    limits = {}
+    for label, (epochs, temps, ranks, tokens) in checked.items():
+        lo, hi = float(temps.min()) - shift, float(temps.max()) - shift
+        pad = 0.05 * (hi - lo) if hi > lo else 0.05 * max(abs(hi), 1e-6)
+        limits[label] = (lo - pad, hi + pad)
+
+    def shown_token(token):
+        run_ranks = [ranks[tokens.index(token)] for *_, ranks, tokens in checked.values() if token in tokens]
+        return f"{token} (rank {run_ranks[0] + 1:,})" if run_ranks else token
+
+    controls = []
+    if len(checked) > 1:
+        controls.append(Control("model", tuple(checked), label="model", kind="dropdown"))
+    controls.append(Control("token", tuple(choices), label="token to follow", kind="dropdown", initial=start,
+                            shown=tuple(shown_token(c) for c in choices)))
+
+    def draw(token, model=None):
+        label = model if model is not None else next(iter(checked))
+        epochs, temps, ranks, tokens = checked[label]
+        if token not in tokens:
+            fig, ax = plt.subplots(figsize=(8.2, 3.8))
+            ax.text(0.5, 0.5, f"{label} does not track {token!r}", ha="center", va="center", transform=ax.transAxes)
+            ax.set_axis_off()
+            return fig
+        i = tokens.index(token)
+        title = f"{label}: {token!r}, frequency rank {ranks[i] + 1:,} of the tracked tokens' vocabulary"
+        return temperature_over_training_plot(epochs, temps, ranks, labels=tokens, highlight=i, offset=shift,
+                                              ylim=limits[label], title=title)
+
+    return explorer_html(
+        draw,
+        controls,
+        dpi=dpi,
+        alt="line plot of the temperature of tracked tokens against epochs of training, one thin line per token "
+        "coloured by frequency rank, with the chosen token drawn thick; menus choose the model and the token",
+    )

@@ -238,6 +238,26 @@ def test_eos_token_explorer_standalone_page_reacts_to_its_controls(browser, scre
     _check_explorer_page(browser, screenshots, page, "standalone-gpt2")
 
 
+def test_temperature_explorer_standalone_page_reacts_to_its_controls(browser, screenshots, tmp_path):
+    """Chapter 9's "choose the token to follow" explorer alone on a page: the model menu and the
+    token menu each change the frame, and model tokens are shown escaped in the menu."""
+    import matplotlib
+    import numpy as np
+
+    matplotlib.use("Agg")
+    from nmst_lib.plots import temperature_explorer_html
+
+    rng = np.random.default_rng(0)
+    tokens = ["the", ",", "of", "<unk>", "<eos>"]
+    runs = {name: {"epochs": np.linspace(0, 2, 5), "temperatures": 2 + rng.uniform(0, 1, (5, len(tokens))),
+                   "ranks": np.arange(len(tokens)), "tokens": tokens} for name in ("CT-LSTM", "CT-NMST")}
+    explorer = temperature_explorer_html(runs, dpi=40)
+    page = tmp_path / "temperature_explorer.html"
+    page.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>temperature explorer</title></head>"
+                    f"<body>{explorer.data}</body></html>", encoding="utf-8")
+    _check_explorer_page(browser, screenshots, page, "standalone-temperature")
+
+
 def test_explorers_on_chapter_pages_react_to_their_controls(site, browser, screenshots):
     pages = [d for d in built_pages(site, CHAPTERS) if "nmst-explorer" in built(site, d).read_text(encoding="utf-8")]
     if not pages:
