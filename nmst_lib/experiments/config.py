@@ -1,7 +1,10 @@
 """Experiment configurations and the three profiles (``quick``, ``cpu``, ``paper``) of the
 WikiText-2 experiments of Chapter 6 (06_wikitext), after Choi, Cho, Lee (2023) Sec. 4.1 and
 App. D, F, G, and of the GPT-2 fine-tuning experiments of Chapter 7 (07_gpt2), after Choi, Cho,
-Lee (2023) Sec. 4.2 and App. D and Welleck et al. (2020) Sec. 5.3 (``arch="gpt2"``).
+Lee (2023) Sec. 4.2 and App. D and Welleck et al. (2020) Sec. 5.3 (``arch="gpt2"``), and the
+contextual-temperature and mixture-of-softmaxes output layers of Chapter 9 (09_temperature;
+Contextual Temperature (2020) Sec. 3, eq. 5-7: the ``temperature*``, ``loss_scaling`` and
+``mixtures`` fields).
 
 A config is a frozen dataclass; everything that can change a number in a result is a field,
 so its hash (:func:`config_hash`) identifies the result. Runtime choices that cannot change
@@ -246,6 +249,16 @@ class ExperimentConfig:
     step, so it equals one batch ``grad_accum`` times larger), ``no_decay_bias_norm`` (no weight
     decay on parameters with fewer than 2 dimensions: biases and LayerNorm). ``vocab_cap`` must be
     None for GPT-2 (the BPE vocabulary is fixed).
+
+    Chapter 9 (09_temperature; Contextual Temperature (2020) Sec. 3, eq. 5-7), RNN/LSTM with
+    head va, st or nmst only, each left out of :meth:`to_dict` at its default: ``temperature``
+    (the normalisation of a per-token, per-context temperature: ``sigmoid``, ``softmax``,
+    ``power-tanh`` or ``shifted-tanh``; None = none), ``temperature_a``/``temperature_b``
+    (sigmoid/softmax: tau = (sigma(mu) + a) / b, default a = 1, b = 1/2), ``temperature_lambda``
+    (power-tanh: lambda ** tanh(mu), default 4; shifted-tanh: tanh(mu) + lambda, default 3),
+    ``temperature_rank`` (Q of mu = h W1 W2, default ``hidden // 2``), ``loss_scaling`` (multiply
+    each token's NLL by the mean temperature, Sec. 3.3) and ``mixtures`` (M > 1: a mixture of M
+    softmaxes, eq. 3 and 6, head va only).
     """
 
     profile: str = "quick"
@@ -292,6 +305,14 @@ class ExperimentConfig:
     max_steps: int | None = None
     grad_accum: int = 1
     no_decay_bias_norm: bool = False
+    # Chapter 9 (09_temperature): left out of to_dict at these defaults (see _OMITTED_AT_DEFAULT)
+    temperature: str | None = None
+    temperature_a: float | None = None
+    temperature_b: float | None = None
+    temperature_lambda: float | None = None
+    temperature_rank: int | None = None
+    loss_scaling: bool = False
+    mixtures: int = 1
 
     @property
     def key(self) -> str:
@@ -301,23 +322,57 @@ class ExperimentConfig:
         (``cpu-gpt2-st-eps2.5e-3-seed0``, not ``eps3e-3``)."""
         eps = "" if self.eps is None else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
         alpha = "" if self.alpha is None else f"-a{self.alpha:g}"
-        return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}-seed{self.seed}"
+        return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}{self._temperature_key()}-seed{self.seed}"
+
+    def _temperature_key(self) -> str:
+        """The Chapter 9 (09_temperature) part of :attr:`key`: ``-mos{M}`` for a mixture of M
+        softmaxes (Contextual Temperature (2020) eq. 3), then ``-ct-`` and the normalisation of
+        eq. 5 / Table 3 (``sig-a1-b0.5``, ``smax-a1-b0.5``, ``pow-l4``, ``shift-l3``), ``-nols``
+        without the loss scaling of Sec. 3.3, and ``-q{rank}`` when the rank Q of W1 W2 is not
+        ``hidden // 2``. Empty for every config of Chapters 6-8."""
+        out = f"-mos{self.mixtures}" if self.mixtures != 1 else ""
+        if self.temperature is None:
+            return out
+        short = {"sigmoid": "sig", "softmax": "smax", "power-tanh": "pow", "shifted-tanh": "shift"}[self.temperature]
+        if self.temperature in ("sigmoid", "softmax"):
+            norm = f"{short}-a{self.temperature_a:g}-b{self.temperature_b:g}"
+        else:
+            norm = f"{short}-l{self.temperature_lambda:g}"
+        out += "-ct-" + norm + ("" if self.loss_scaling else "-nols")
+        if self.temperature_rank is not None and self.temperature_rank != self.hidden // 2:
+            out += f"-q{self.temperature_rank}"
+        return out
 
     @property
     def label(self) -> str:
         """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``, ``ENTMAX+LSTM (alpha=1.5)``."""
         parts = ([] if self.eps is None else [f"eps={_short_eps(self.eps)}"]) + (
             [] if self.alpha is None else [f"alpha={self.alpha:g}"])
+        head = self.head.upper()
+        if self.mixtures != 1:  # Chapter 9 (09_temperature): MoS / CT-MoS, CT-VA, CT-NMST
+            head = "MoS" if head == "VA" else f"{head}-MoS"
+            parts.append(f"M={self.mixtures}")
+        if self.temperature is not None:
+            head = f"CT-{head}"
+            if self.temperature in ("sigmoid", "softmax"):
+                parts.append(f"{self.temperature} a={self.temperature_a:g} b={self.temperature_b:g}")
+            else:
+                parts.append(f"{self.temperature} lambda={self.temperature_lambda:g}")
+            if not self.loss_scaling:
+                parts.append("no LS")
+            if self.temperature_rank is not None and self.temperature_rank != self.hidden // 2:
+                parts.append(f"Q={self.temperature_rank}")
         extra = f" ({', '.join(parts)})" if parts else ""
-        return f"{self.head.upper()}+{self.arch.upper()}{extra}"
+        return f"{head}+{self.arch.upper()}{extra}"
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every field (tuples become lists). ``alpha`` is left out when it is
         None (every head but entmax and nmst-entmax), and the fields added for GPT-2 (Chapter 7,
         07_gpt2: dataset, pretrained, attn_heads, lr_schedule, lr_decay_steps, max_steps,
-        grad_accum, no_decay_bias_norm) when they are at their defaults, so that configs written
-        before those fields existed (Chapter 6's and Chapter 8's committed results) keep their
-        :func:`config_hash`."""
+        grad_accum, no_decay_bias_norm) and for Chapter 9 (09_temperature: temperature,
+        temperature_a, temperature_b, temperature_lambda, temperature_rank, loss_scaling, mixtures)
+        when they are at their defaults, so that configs written before those fields existed
+        (Chapter 6's, 7's and 8's committed results) keep their :func:`config_hash`."""
         d = asdict(self)
         d["betas"] = list(self.betas)
         d["decoders"] = list(self.decoders)
@@ -333,7 +388,9 @@ class ExperimentConfig:
 
 _OMITTED_AT_DEFAULT = {"alpha": None, "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
                        "lr_schedule": "plateau", "lr_decay_steps": None, "max_steps": None, "grad_accum": 1,
-                       "no_decay_bias_norm": False}
+                       "no_decay_bias_norm": False,
+                       "temperature": None, "temperature_a": None, "temperature_b": None, "temperature_lambda": None,
+                       "temperature_rank": None, "loss_scaling": False, "mixtures": 1}
 """Fields that :meth:`ExperimentConfig.to_dict` leaves out at these values (they postdate
 Chapter 6's committed results, whose hashes must not change)."""
 
@@ -358,6 +415,7 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     changes.update(_validate_gpt2_and_schedule(config, arch))
     head = normalise_head(config.head)
     changes["head"] = head
+    changes.update(_validate_temperature(config, arch, head))
     if head not in EPS_HEADS:
         if config.eps is not None:
             raise ValueError(f"eps applies to the st, nmst and nmst-entmax heads only; leave it out (None) for "
@@ -425,6 +483,86 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
                              f"the longest decode_max_len ({longest}) must not exceed it; the paper uses L = 1000 "
                              "with k = 10")
     return replace(config, **changes)
+
+
+def _validate_temperature(config: ExperimentConfig, arch: str, head: str) -> dict:
+    """Checks of the Chapter 9 (09_temperature) fields: ``temperature`` (one of
+    :data:`nmst_lib.temperature.TEMPERATURE_NORMALISATIONS`; None = no contextual temperature),
+    ``temperature_a``/``temperature_b`` (sigmoid and softmax, Contextual Temperature (2020) eq. 5:
+    a > 0, b > 0), ``temperature_lambda`` (power-tanh and shifted-tanh, Table 3: lambda > 1),
+    ``temperature_rank`` (Q of W1 W2, a positive integer), ``loss_scaling`` (Sec. 3.3) and
+    ``mixtures`` (M of the mixture of softmaxes, eq. 3 and 6). Fills the normalisation's
+    defaults (``nmst_lib.temperature.temperature_defaults``) and the rank ``hidden // 2``. Returns
+    the normalised values; raises ValueError / TypeError saying what is allowed."""
+    changes = {}
+    mixtures = config.mixtures
+    if isinstance(mixtures, bool) or not isinstance(mixtures, int) or mixtures < 1:
+        raise ValueError(f"mixtures must be an integer >= 1 (1 = a single softmax; M > 1 = a mixture of M softmaxes, "
+                         f"Contextual Temperature (2020) eq. 3), got {mixtures!r}")
+    if not isinstance(config.loss_scaling, bool):
+        raise TypeError(f"loss_scaling must be True or False, got {config.loss_scaling!r}")
+    ct_fields = ("temperature_a", "temperature_b", "temperature_lambda", "temperature_rank")
+    if config.temperature is None:
+        given = [name for name in ct_fields if getattr(config, name) is not None]
+        if config.loss_scaling:
+            given.append("loss_scaling")
+        if given:
+            raise ValueError(f"{', '.join(given)}: only for a contextual temperature; set temperature to one of "
+                             "sigmoid, softmax, power-tanh, shifted-tanh, or leave them out")
+    if config.temperature is None and mixtures == 1:
+        return changes
+    if arch == "gpt2":
+        raise ValueError("contextual temperature and mixtures of softmaxes are implemented for RNNLM/LSTMLM "
+                         "(Chapter 9); use arch rnn or lstm, or leave temperature and mixtures out for gpt2")
+    if head in SPARSE_HEADS:
+        raise ValueError(f"contextual temperature and mixtures of softmaxes need a softmax-based head (va, st or "
+                         f"nmst), got head {head}")
+    if mixtures > 1 and head != "va":
+        raise ValueError(f"a mixture of softmaxes (mixtures={mixtures}) is implemented with head va only (MoS / "
+                         f"CT-MoS, Contextual Temperature (2020) eq. 3 and 6), got head {head}")
+    if config.temperature is None:
+        return changes
+    from ..temperature import TEMPERATURE_NORMALISATIONS, temperature_defaults
+
+    norm = config.temperature.lower() if isinstance(config.temperature, str) else config.temperature
+    if norm not in TEMPERATURE_NORMALISATIONS:
+        raise ValueError(f"unknown temperature normalisation {config.temperature!r}: choose one of "
+                         f"{', '.join(TEMPERATURE_NORMALISATIONS)} (Contextual Temperature (2020) eq. 5 and Table 3)")
+    changes["temperature"] = norm
+    defaults = temperature_defaults(norm)
+    uses_ab = norm in ("sigmoid", "softmax")
+    for name, short in (("temperature_a", "a"), ("temperature_b", "b"), ("temperature_lambda", "lam")):
+        value = getattr(config, name)
+        applies = uses_ab if short in ("a", "b") else not uses_ab
+        if not applies:
+            if value is not None:
+                raise ValueError(f"{name} does not apply to the {norm} normalisation (its parameters: "
+                                 f"{'temperature_a and temperature_b' if uses_ab else 'temperature_lambda'}); "
+                                 f"leave {name} out")
+            continue
+        if value is None:
+            value = defaults[short]
+        _check_number(value, name)
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        if short in ("a", "b") and not value > 0:
+            raise ValueError(f"{name} must be > 0 (tau = (sigma + a) / b must stay positive: its range is "
+                             f"[a/b, (1+a)/b]), got {value!r}")
+        if short == "lam" and not value > 1:
+            raise ValueError(f"temperature_lambda must be > 1 for {norm} (Table 3: lambda = 4 for power-tanh, range "
+                             f"[1/lambda, lambda]; lambda = 3 for shifted-tanh, range [lambda-1, lambda+1]), "
+                             f"got {value!r}")
+        changes[name] = value
+    rank = config.temperature_rank
+    if rank is None:
+        hidden = config.hidden if isinstance(config.hidden, int) and not isinstance(config.hidden, bool) else None
+        if hidden is None or hidden // 2 < 1:
+            raise ValueError(f"temperature_rank defaults to hidden // 2, which needs hidden >= 2, got hidden "
+                             f"{config.hidden!r}; set temperature_rank")
+        rank = hidden // 2
+    changes["temperature_rank"] = check_positive_int(rank, "temperature_rank")
+    return changes
 
 
 def _validate_gpt2_and_schedule(config: ExperimentConfig, arch: str) -> dict:

@@ -222,7 +222,10 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
 
 def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM | GPT2LM:
     """The model and output layer that ``config`` names (Choi, Cho, Lee (2023) App. D; the
-    entmax heads of Chapter 8, 08_sparse, with ``config.alpha``).
+    entmax heads of Chapter 8, 08_sparse, with ``config.alpha``; Chapter 9, 09_temperature: the
+    base head wrapped by ``nmst_lib.temperature.contextual_head`` with the config's
+    ``temperature*``, ``loss_scaling`` and ``mixtures`` fields, Contextual Temperature (2020)
+    eq. 5-7, when a temperature or a mixture is set).
 
     GPT-2 (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7, 07_gpt2): ``GPT2LM.from_pretrained(
     config.pretrained)`` (its n_embd and n_layer must equal ``hidden`` and ``layers``, its
@@ -233,6 +236,13 @@ def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM | 
     config = validate_config(config)
     kwargs = {} if config.alpha is None else {"alpha": config.alpha}
     head = head_from_name(config.head, eps=config.eps, **kwargs)
+    if config.temperature is not None or config.mixtures != 1:  # Chapter 9 (09_temperature)
+        from ..temperature import contextual_head
+
+        head = contextual_head(head, config.hidden, vocab_size, normalisation=config.temperature,
+                               a=config.temperature_a, b=config.temperature_b, lam=config.temperature_lambda,
+                               rank=config.temperature_rank, mixtures=config.mixtures,
+                               loss_scaling=config.loss_scaling)
     if config.arch != "gpt2":
         return build_model(config.arch, vocab_size, hidden=config.hidden, layers=config.layers,
                            dropout=config.dropout, head=head)
@@ -406,7 +416,8 @@ class TrainedRun:
     va/st/nmst, computed as the log of the perplexity; the mean entmax loss for the entmax heads).
     ``step_losses``: the training loss of every optimizer step (the mean per-token loss of the
     whole global batch, over all micro-batches and processes; Chapter 7, 07_gpt2), in order;
-    ``optimizer_steps``: how many steps were taken.
+    ``optimizer_steps``: how many steps were taken. ``monitor_log``: the records of
+    :func:`train`'s ``monitor`` (Chapter 9, 09_temperature), in order; empty without one.
     """
 
     config: ExperimentConfig
@@ -427,6 +438,7 @@ class TrainedRun:
     step_losses: list[float] = field(default_factory=list)
     optimizer_steps: int = 0
     world_size: int = 1
+    monitor_log: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -450,10 +462,14 @@ class _Progress:
     opt_step: int = 0  # optimizer steps taken in the whole run
     step_losses: list = field(default_factory=list)  # global mean loss of every optimizer step
     reached_max_steps: bool = False
+    # Chapter 9 (09_temperature); absent from checkpoints of unmonitored runs
+    monitor_log: list = field(default_factory=list)  # the monitor's records, in order
 
 
 def _progress_state(prog: _Progress) -> dict:
-    state = {k: getattr(prog, k) for k in prog.__dataclass_fields__ if k != "step_losses"}
+    state = {k: getattr(prog, k) for k in prog.__dataclass_fields__ if k not in ("step_losses", "monitor_log")}
+    if prog.monitor_log:  # unmonitored runs write the checkpoints they always wrote
+        state["monitor_log"] = prog.monitor_log
     state["step_losses"] = torch.tensor(prog.step_losses, dtype=torch.float64)  # a tensor: cheap to store
     return state
 
@@ -528,6 +544,8 @@ def train(
     log: Callable[[str], None] | None = None,
     log_steps: bool = False,
     dist: DistContext | None = None,
+    monitor: Callable[[torch.nn.Module], dict] | None = None,
+    monitor_every: int | None = None,
 ) -> TrainedRun:
     """Train the model of ``config`` (Choi, Cho, Lee (2023) Sec. 4.1 and App. D; Chapter 6,
     06_wikitext; GPT-2: Sec. 4.2, Chapter 7, 07_gpt2). One loop for every arch.
@@ -560,8 +578,27 @@ def train(
     finished run: then nothing is trained), restoring weights, optimizer, RNG states and the
     position in the epoch; without ``resume`` an existing checkpoint is overwritten.
     Config and data problems raise before any training step.
+
+    ``monitor`` (Chapter 9, 09_temperature: the temperature of tracked tokens over training,
+    Contextual Temperature (2020) Fig. 1a): a function of the model returning a dict of
+    JSON-ready values (numbers, strings, lists, dicts), called before the first optimizer step
+    (step 0), after every ``monitor_every`` optimizer steps, and at the end of every epoch (unless
+    a record was just taken at that step), with the model in eval mode under ``torch.no_grad``
+    and the RNG states saved and restored around it (it cannot change the training). Each record
+    ``{"step": optimizer steps done, "epoch": epochs done (a float), **monitor(model)}`` goes to
+    ``TrainedRun.monitor_log`` and into the checkpoint, so a resumed run continues the log exactly
+    where the checkpoint left it (interrupted + resumed log == uninterrupted log). Only the main
+    process calls it. Without ``monitor`` the run is bit for bit the unmonitored one.
     """
     config = validate_config(config)
+    if monitor is not None and not callable(monitor):
+        raise TypeError(f"monitor must be a function of the model returning a dict, got {type(monitor).__name__}")
+    if monitor_every is not None:
+        if monitor is None:
+            raise ValueError("monitor_every needs a monitor (a function of the model returning a dict)")
+        from .._validation import check_positive_int
+
+        monitor_every = check_positive_int(monitor_every, "monitor_every")
     if checkpoint_every is not None:
         from .._validation import check_positive_int
 
@@ -614,11 +651,17 @@ def train(
     horizon = _decay_horizon(config, data) if config.lr_schedule == "linear" else None
     loss_module = wrap_model(model, ctx) if (ctx.distributed or config.grad_accum > 1) else None
     metric = selection_metric(config)
+    watch = None
+    if monitor is not None and ctx.is_main:
+        def watch(epochs_done: float) -> None:
+            _monitor_record(model, monitor, prog, epochs_done, device)
+    if watch is not None and prog.opt_step == 0 and not prog.monitor_log and not prog.finished:
+        watch(0.0)  # step 0: the initialised model
     start_time = time.perf_counter() - prog.train_seconds
     while not prog.finished and prog.epoch < config.max_epochs:
         prog = _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every,
                                 checkpoint, say, log_steps, start_time, ctx=ctx, loss_module=loss_module,
-                                horizon=horizon)
+                                horizon=horizon, watch=watch, monitor_every=monitor_every)
         score = _validation_score(config, model, data.valid)
         if math.isnan(score):
             raise FloatingPointError(f"{config.key}: the validation {metric} is NaN after epoch {prog.epoch + 1} "
@@ -665,12 +708,32 @@ def train(
                       epochs_run=prog.epoch, stopped_early=prog.stopped_early, val_ppl=val_ppl, test_ppl=test_ppl,
                       train_seconds=prog.train_seconds, device=str(device), checkpoint=str(write_path),
                       resumed_from=resumed_from, val_loss=val_loss, test_loss=test_loss,
-                      step_losses=list(prog.step_losses), optimizer_steps=prog.opt_step, world_size=ctx.world_size)
+                      step_losses=list(prog.step_losses), optimizer_steps=prog.opt_step, world_size=ctx.world_size,
+                      monitor_log=list(prog.monitor_log))
+
+
+def _monitor_record(model: torch.nn.Module, monitor, prog: _Progress, epochs_done: float, device) -> None:
+    """Append ``{"step", "epoch", **monitor(model)}`` to ``prog.monitor_log``: eval mode, no
+    gradients, RNG states forked (restored afterwards), the model's mode restored (the hook of
+    :func:`train`; Chapter 9, 09_temperature, Contextual Temperature (2020) Fig. 1a)."""
+    was_training = model.training
+    model.eval()
+    devices = [device] if torch.device(device).type == "cuda" else []
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            record = monitor(model)
+    finally:
+        model.train(was_training)
+    if not isinstance(record, dict) or not all(isinstance(k, str) for k in record):
+        raise TypeError(f"the monitor must return a dict with string keys, got {type(record).__name__}")
+    if "step" in record or "epoch" in record:
+        raise ValueError("the monitor's dict must not use the keys 'step' and 'epoch' (train adds them)")
+    prog.monitor_log.append({"step": prog.opt_step, "epoch": float(epochs_done), **record})
 
 
 def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every, checkpoint,
                      say, log_steps, start_time, *, ctx: DistContext | None = None, loss_module=None,
-                     horizon: int | None = None) -> _Progress:
+                     horizon: int | None = None, watch=None, monitor_every: int | None = None) -> _Progress:
     """One epoch (or the rest of one, from ``prog.step``) of teacher-forced training: one
     optimizer step per batch, the batch split into micro-batches over ``grad_accum`` and the
     processes of ``ctx`` (see :func:`train`)."""
@@ -726,12 +789,16 @@ def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progr
             bar.set_postfix(loss=f"{step_loss:.3f}", lr=f"{prog.lr:.1e}", refresh=False)
             if log_steps:
                 say(f"[step] epoch {epoch + 1} batch {i + 1}/{len(batches)} loss {step_loss:.4f}")
+            if watch is not None and monitor_every and prog.opt_step % monitor_every == 0:
+                watch(epoch + prog.step / len(batches))
             if checkpoint_every and prog.step % checkpoint_every == 0 and prog.step < len(batches):
                 prog.train_seconds = time.perf_counter() - start_time
                 checkpoint()
         else:
             if config.max_steps is not None and prog.opt_step >= config.max_steps:
                 prog.reached_max_steps = True
+    if watch is not None and (not prog.monitor_log or prog.monitor_log[-1]["step"] != prog.opt_step):
+        watch(epoch + prog.step / len(batches))  # the end of the epoch (or where max_steps stopped it)
     return prog
 
 
