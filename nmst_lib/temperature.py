@@ -167,8 +167,9 @@ def normalised_temperature(mu, normalisation, a=None, b=None, lam=None) -> torch
     ``"sigmoid"``: ``(sigmoid(mu) + a) / b``; ``"softmax"``: ``(softmax(mu, dim=-1) + a) / b``
     (over the vocabulary, the last dim: the mean of tau over the vocabulary is then exactly
     ``(a + 1/V) / b``); ``"power-tanh"``: ``lam ** tanh(mu)``, computed as
-    ``exp(tanh(mu) log lam)``; ``"shifted-tanh"``: ``tanh(mu) + lam``. Each result lies in
-    :func:`temperature_range`, for any finite ``mu`` (``|mu| = 1e4`` included), and is
+    ``torch.pow(lam, tanh(mu))`` (exactly ``lam`` and ``1/lam`` where tanh saturates); ``"shifted-tanh"``: ``tanh(mu) + lam``. Each result lies in
+    :func:`temperature_range` (up to the rounding of its ends in the tensor's dtype), for any
+    finite ``mu`` (``|mu| = 1e4`` included), and is
     bounded below by a positive number, so dividing logits by it is safe without clamping.
     ``a > 0``, ``b > 0`` (sigmoid, softmax) and ``lam > 1`` (the tanh forms) are checked;
     missing values take :func:`temperature_defaults`.
@@ -185,7 +186,7 @@ def normalised_temperature(mu, normalisation, a=None, b=None, lam=None) -> torch
     if normalisation == "softmax":
         return (torch.softmax(mu, dim=-1) + a) / b
     if normalisation == "power-tanh":
-        return torch.exp(torch.tanh(mu) * math.log(lam))
+        return torch.pow(lam, torch.tanh(mu))
     return torch.tanh(mu) + lam
 
 
