@@ -1,5 +1,5 @@
-"""Command line for the WikiText-2 experiments of Chapter 6 (06_wikitext) and Chapter 8
-(08_sparse).
+"""Command line for the WikiText-2 experiments of Chapter 6 (06_wikitext), Chapter 7 (07_gpt2),
+Chapter 8 (08_sparse) and Chapter 9 (09_temperature).
 
     python -m nmst_lib train     --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0 [--resume]
     python -m nmst_lib train     --profile cpu --head entmax --alpha 1.5
@@ -9,6 +9,7 @@
     python -m nmst_lib report    --profile cpu
     python -m nmst_lib sparse    --profile cpu [--only KEY] (Chapter 8's sparse-generation suite)
     python -m nmst_lib gpt2      --profile cpu [--only KEY] [--nproc N] (Chapter 7's GPT-2 suite)
+    python -m nmst_lib temperature --profile cpu [--only KEY] (Chapter 9's contextual-temperature suite)
 
 Run ``python -m nmst_lib COMMAND --help`` for the options of each command.
 """
@@ -36,6 +37,13 @@ Chapter 8 (sparse text generation, after Martins et al. 2020): the entmax (alpha
 with the entmax loss) and nmst-entmax output layers (--head entmax --alpha 1.5), and the `sparse`
 command: Martins et al.'s Tables 2, 4 and 5 (sp, JS, eps-perplexity, REP/WREP, tokens per step)
 for a softmax model, entmax models and an NMST-entmax model under every decoder.
+
+Chapter 9 (contextual temperature, after "Contextual Temperature for Language Modeling", 2020): the
+`temperature` command trains LSTMs whose output layer divides the logits by a learned per-token,
+per-context temperature (CT-VA, CT-NMST, the normalisations of the paper's Table 3, without loss
+scaling, MoS and CT-MoS) and stores perplexities, the temperature of tracked tokens over training, the
+mean temperature by position, eos's temperature near line ends and r_nt(L) on Chapter 6's contexts.
+Single runs take the fields through --set, e.g. --set temperature='"sigmoid"' --set loss_scaling=true.
 
 Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what the website shows
 (30 runs, about 3 CPU hours: 1.5 hours as two single-thread processes on 2 cores); paper = the paper's settings (GPU).
@@ -192,6 +200,26 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="train with N processes (DistributedDataParallel through torchrun: GPUs, or CPU "
                         "processes on gloo); the command re-launches itself under torch.distributed.run [1]")
+    _add_common(p)
+
+    p = sub.add_parser("temperature", help="Chapter 9's contextual-temperature suite (CT-LSTM, CT-NMST, Tables 3-4, "
+                                           "MoS / CT-MoS)",
+                       description="Train (or resume) the contextual-temperature LSTMs of the profile (Contextual "
+                                   "Temperature for Language Modeling, 2020: eq. 5-7, Tables 3-4) with a monitor of "
+                                   "the temperature of tracked tokens over training (Fig. 1a), then store one result "
+                                   "JSON per model under OUT/temperature/: perplexities, the monitor log, the mean "
+                                   "temperature by position with 95% bands (Fig. 1b), eos's temperature against the "
+                                   "distance to the line's end, greedy continuations with the temperature of each "
+                                   "chosen token, r_nt(L) on Chapter 6's validation contexts, provenance. Models "
+                                   "whose result is current are skipped; result files are written atomically, so "
+                                   "two processes with disjoint --only can share OUT (see "
+                                   "nmst_lib.experiments.temperature).")
+    g = p.add_argument_group("suite")
+    g.add_argument("--only", default=None, metavar="SUBSTR",
+                   help="only the models whose key contains SUBSTR; several comma-separated substrings select "
+                        "every model matching one (e.g. va-ct-sig-a1-b0.5-seed0,pow,smax or mos3)")
+    g.add_argument("--force", action="store_true", help="re-run models whose result is current, from scratch")
+    g.add_argument("--dry-run", action="store_true", help="list the models, their keys and status, run nothing")
     _add_common(p)
     return parser
 
@@ -394,8 +422,32 @@ def _cmd_gpt2(args) -> int:
     return 0
 
 
+def _cmd_temperature(args) -> int:
+    """``python -m nmst_lib temperature``: Chapter 9's suite (09_temperature; Contextual Temperature
+    (2020) Sec. 4), or with ``--dry-run`` its models, keys, status and decoders."""
+    from .experiments.temperature import (
+        load_temperature_result,
+        run_temperature_suite,
+        select_temperature_configs,
+        temperature_suite_configs,
+    )
+
+    configs = temperature_suite_configs(args.profile)
+    chosen = select_temperature_configs(configs, args.only) if args.only is not None else configs
+    if args.dry_run:
+        for c in chosen:
+            _log(f"{c.key:45s} {load_temperature_result(c, args.out).status.upper():8s} {c.describe()}")
+        return 0
+    results = run_temperature_suite(args.profile, only=args.only, force=args.force, results_dir=args.out,
+                                    checkpoint_dir=args.checkpoint_dir, device=args.device,
+                                    progress=not args.no_progress, log=_log, command=_command(args))
+    _log(f"[temperature] {len(results)} results in {results[0].path.parent if results else args.out}: "
+         + ", ".join(f"{r.path.stem} {r.status.upper()}" for r in results))
+    return 0
+
+
 _COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "run-suite": _cmd_run_suite,
-             "report": _cmd_report, "sparse": _cmd_sparse, "gpt2": _cmd_gpt2}
+             "report": _cmd_report, "sparse": _cmd_sparse, "gpt2": _cmd_gpt2, "temperature": _cmd_temperature}
 
 
 def _without_nproc(argv: list[str]) -> list[str]:

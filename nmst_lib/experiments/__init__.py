@@ -5,7 +5,8 @@ from, retraining, and a time estimate for the paper profile (``nmst_lib.experime
 After Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G. The sparse-text-generation experiments of
 Chapter 8 (08_sparse; Martins et al. (2020) Sec. 5.1, Tables 2, 4, 5) live in :mod:`.sparse`; the
 GPT-2 experiments of Chapter 7 (07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2, Welleck et al. (2020)
-Sec. 5.3) in :mod:`.gpt2`."""
+Sec. 5.3) in :mod:`.gpt2`; the contextual-temperature experiments of Chapter 9 (09_temperature;
+Contextual Temperature (2020) Sec. 4, Tables 3-4, Fig. 1) in ``nmst_lib.experiments.temperature``."""
 
 from .config import (
     ALL_DECODERS,
@@ -55,6 +56,14 @@ from .sparse import (
     run_sparse_suite,
     sparse_suite_configs,
 )
+from .temperature import (
+    TemperatureConfig,
+    load_temperature_result,
+    load_temperature_results,
+    run_temperature,
+    run_temperature_suite,
+    temperature_suite_configs,
+)
 from .train import (
     CheckpointError,
     PreparedData,
@@ -80,4 +89,6 @@ __all__ = [
     "gpt2_suite_configs", "load_gpt2_results", "run_gpt2_suite",
     "SparseConfig", "load_or_run_sparse", "load_sparse_result", "load_sparse_results", "run_sparse",
     "run_sparse_suite", "sparse_suite_configs",
+    "TemperatureConfig", "load_temperature_result", "load_temperature_results", "run_temperature",
+    "run_temperature_suite", "temperature_suite_configs",
 ]

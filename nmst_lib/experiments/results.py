@@ -6,7 +6,8 @@ Where results live:
 
 * **Published results** (:func:`published_results_dir`): the committed results the website
   shows (the ``cpu`` profile) are *package data*, ``nmst_lib/published_results/wikitext2/``
-  (Chapter 6's RNNs/LSTMs), ``.../gpt2/`` (Chapter 7, 07_gpt2) and ``.../sparse/`` (Chapter 8),
+  (Chapter 6's RNNs/LSTMs), ``.../gpt2/`` (Chapter 7, 07_gpt2), ``.../sparse/`` (Chapter 8) and
+  ``.../temperature/`` (Chapter 9, 09_temperature),
   read with ``importlib.resources``. They travel inside the wheel, so a ``pip install``
   or a Colab notebook that installs the library from git has them without the repository.
 * **New runs** are written to :func:`default_results_dir`: ``$NMST_RESULTS_DIR`` if set;
@@ -57,6 +58,7 @@ __all__ = [
     "default_results_dir",
     "RNN_FOLDER",
     "GPT2_FOLDER",
+    "TEMPERATURE_FOLDER",
     "result_folder",
     "result_path",
     "atomic_write_bytes",
@@ -82,7 +84,8 @@ def published_results_dir() -> Path:
     """The results committed with the library: ``nmst_lib/published_results`` as package data
     (``importlib.resources``), shipped in the wheel. Holds ``wikitext2/<key>.json`` for the
     ``cpu`` profile that Chapter 6 (06_wikitext) and the website show, ``gpt2/<key>.json`` for
-    Chapter 7 (07_gpt2) and ``sparse/<key>.json`` for Chapter 8 (08_sparse). Read-only in an
+    Chapter 7 (07_gpt2), ``sparse/<key>.json`` for Chapter 8 (08_sparse) and
+    ``temperature/<key>.json`` for Chapter 9 (09_temperature). Read-only in an
     installed package; a source checkout writes its regenerated results here."""
     root = importlib.resources.files("nmst_lib").joinpath(_PUBLISHED_FOLDER)
     if not isinstance(root, Path):  # e.g. imported from a zip archive: no folder to point at
@@ -134,6 +137,11 @@ RNN_FOLDER = "wikitext2"
 """Sub-folder of a results directory for the RNN/LSTM results of Chapter 6 (06_wikitext)."""
 GPT2_FOLDER = "gpt2"
 """Sub-folder of a results directory for the GPT-2 results of Chapter 7 (07_gpt2)."""
+TEMPERATURE_FOLDER = "temperature"
+"""Sub-folder of a results directory for the contextual-temperature results of Chapter 9
+(09_temperature; Contextual Temperature (2020)), written by :mod:`nmst_lib.experiments.temperature`
+(one JSON per model, its own schema). A contextual-temperature config run through Chapter 6's
+``run``/``decode`` commands still goes to :data:`RNN_FOLDER`, under its own key (``...-ct-...``)."""
 
 
 def result_folder(config: ExperimentConfig) -> str:
