@@ -261,7 +261,9 @@ def _log(msg: str) -> None:
 
 
 def _command(args) -> str:
-    return "python -m nmst_lib " + " ".join(sys.argv[1:])
+    """The command line for provenance: the arguments given to :func:`main` (``sys.argv`` from a shell)."""
+    argv = getattr(args, "argv", None)
+    return "python -m nmst_lib " + " ".join(sys.argv[1:] if argv is None else argv)
 
 
 def _cmd_train(args) -> int:
@@ -467,6 +469,7 @@ def main(argv=None) -> int:
     """Entry point of ``python -m nmst_lib``; returns the exit status (2 on bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = None if argv is None else [str(a) for a in argv]
     if args.command is None:
         parser.print_help()
         return 2
