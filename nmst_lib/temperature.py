@@ -50,6 +50,7 @@ import numbers
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from ._validation import check_positive_int
 from .heads import (
@@ -255,6 +256,122 @@ class ContextualTemperature(nn.Module):
         return normalised_temperature(self.scores(hidden), self.normalisation, self.a, self.b, self.lam)
 
 
+# ----------------------------------------------------------------------------- fused autograd
+
+
+class _TemperedDivide(torch.autograd.Function):
+    """``y = z / tau`` with a lean backward: ``dz = g / tau`` and ``dtau = -dz * y`` (two passes
+    over ``[..., V]``; autograd's division backward recomputes ``z / tau / tau``)."""
+
+    @staticmethod
+    def forward(ctx, logits, tau):
+        y = logits / tau
+        ctx.save_for_backward(y, tau)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        y, tau = ctx.saved_tensors
+        grad_logits = grad / tau
+        grad_tau = torch.mul(grad_logits, y).neg_() if ctx.needs_input_grad[1] else None
+        return (grad_logits if ctx.needs_input_grad[0] else None), grad_tau
+
+
+class _TemperedNLL(torch.autograd.Function):
+    """Per-position ``-log softmax(z / tau)[y]`` (times ``mean_v tau`` when ``scaled``) with a
+    hand-written backward.
+
+    With ``q = softmax(z / tau)``, upstream gradient ``g`` and loss factor ``m`` (``mean tau``
+    when scaled, else 1): ``d/dz_v = g m (q_v - [v = y]) / tau_v`` and
+    ``d/dtau_v = -(d/dz_v) (z_v / tau_v) + g nll / V`` (the last term only when scaled: the
+    gradient of the factor, eq. 7 of Contextual Temperature (2020), not detached). Saves
+    ``z / tau``, ``log q`` and ``1 / tau``; the backward makes about four passes over
+    ``[..., V]`` where autograd's chain (division, log-softmax, gather, mean) makes about ten.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, tau, targets, scaled):
+        inv_tau = torch.reciprocal(tau)
+        y = logits * inv_tau
+        log_q = torch.log_softmax(y, dim=-1)
+        nll = -log_q.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        mean_tau = tau.mean(-1) if scaled else None
+        ctx.save_for_backward(y, log_q, inv_tau, targets, nll, mean_tau)
+        ctx.scaled = scaled
+        return nll * mean_tau if scaled else nll
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_losses):
+        y, log_q, inv_tau, targets, nll, mean_tau = ctx.saved_tensors
+        g = grad_losses * mean_tau if ctx.scaled else grad_losses
+        grad = torch.exp(log_q)  # q
+        grad.mul_(g.unsqueeze(-1))
+        grad.scatter_add_(-1, targets.unsqueeze(-1), -g.unsqueeze(-1))
+        grad.mul_(inv_tau)  # d/dz
+        grad_tau = None
+        if ctx.needs_input_grad[1]:
+            grad_tau = torch.mul(y, grad).neg_()
+            if ctx.scaled:
+                grad_tau.add_((grad_losses * nll / y.shape[-1]).unsqueeze(-1))
+        return (grad if ctx.needs_input_grad[0] else None), grad_tau, None, None
+
+
+class _MixtureNLL(torch.autograd.Function):
+    """Per-position ``-log sum_m pi_m softmax(z_m / tau)[y]`` of a mixture of softmaxes (eqs. 3
+    and 6; ``tau`` None: plain MoS), times ``mean_v tau`` when ``scaled``, with a hand-written
+    backward over the ``[..., M, V]`` component logits.
+
+    With ``q_m = softmax(z_m / tau)``, the posterior responsibilities
+    ``r_m = pi_m q_m[y] / p[y]`` and upstream gradient ``g`` (times the factor when scaled):
+    ``d/dz_{m,v} = g r_m (q_{m,v} - [v = y]) / tau_v``, ``d/d log pi_m = -g r_m`` and
+    ``d/dtau_v = -sum_m (d/dz_{m,v}) z_{m,v} / tau_v`` (+ ``g nll / V`` when scaled). About four
+    passes over ``[..., M, V]`` in backward where autograd's chain (division, log-softmax,
+    logsumexp over the components, gather) makes several times more."""
+
+    @staticmethod
+    def forward(ctx, logits, log_prior, targets, scaled, tau):
+        inv_tau = None if tau is None else torch.reciprocal(tau)
+        y = logits if tau is None else logits * inv_tau.unsqueeze(-2)
+        log_q = torch.log_softmax(y, dim=-1)  # [..., M, V]
+        index = targets[..., None, None].expand(*targets.shape, y.shape[-2], 1)
+        joint = log_prior + log_q.gather(-1, index).squeeze(-1)  # log pi_m q_m[y]
+        log_p = torch.logsumexp(joint, dim=-1)
+        nll = -log_p
+        resp = torch.exp(joint - log_p.unsqueeze(-1))
+        mean_tau = tau.mean(-1) if scaled else None
+        ctx.save_for_backward(y, log_q, inv_tau, resp, index, nll, mean_tau)
+        ctx.scaled = scaled
+        return nll * mean_tau if scaled else nll
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_losses):
+        y, log_q, inv_tau, resp, index, nll, mean_tau = ctx.saved_tensors
+        g = grad_losses * mean_tau if ctx.scaled else grad_losses
+        gr = g.unsqueeze(-1) * resp  # [..., M]
+        grad = torch.exp(log_q)  # q_m
+        grad.mul_(gr.unsqueeze(-1))
+        grad.scatter_add_(-1, index, -gr.unsqueeze(-1))
+        grad_tau = None
+        if inv_tau is not None:
+            grad.mul_(inv_tau.unsqueeze(-2))  # d/dz
+            if ctx.needs_input_grad[4]:
+                grad_tau = torch.mul(grad.select(-2, 0), y.select(-2, 0))
+                for m in range(1, y.shape[-2]):  # the M components, not tokens
+                    grad_tau.addcmul_(grad.select(-2, m), y.select(-2, m))
+                grad_tau.neg_()
+                if ctx.scaled:
+                    grad_tau.add_((grad_losses * nll / y.shape[-1]).unsqueeze(-1))
+        grad_log_prior = -gr if ctx.needs_input_grad[1] else None
+        return (grad if ctx.needs_input_grad[0] else None), grad_log_prior, None, None, grad_tau
+
+
+def _lean_enabled(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 # ----------------------------------------------------------------------------- the output layer
 
 
@@ -387,25 +504,31 @@ class ContextualHead(OutputHead):
 
     def _tempered(self, logits: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
         """``z / tau``; for an ST/NMST base the eos column is divided by exactly 1 (untouched)."""
-        if type(self.base) is VanillaHead:
-            return logits / tau
-        eos_id = self.base.resolve_eos_id(logits.shape[-1])
-        index = torch.tensor([eos_id], device=tau.device)
-        return logits / tau.index_fill(-1, index, 1.0)
+        if type(self.base) is not VanillaHead:
+            eos_id = self.base.resolve_eos_id(logits.shape[-1])
+            tau = tau.index_fill(-1, torch.tensor([eos_id], device=tau.device), 1.0)
+        if _lean_enabled(logits, tau):
+            return _TemperedDivide.apply(logits, tau)
+        return logits / tau
 
-    def _mos_log_probs(self, hidden: torch.Tensor, output, tau) -> torch.Tensor:
+    def _mos_parts(self, hidden: torch.Tensor, output):
+        """The component logits ``z_m = output(tanh(P_m h + c_m))`` ``[..., M, V]`` and the log
+        prior ``log softmax(W_pi h)`` ``[..., M]`` (eq. 3, Yang et al. (2018))."""
         output = self._check_output(output)
         latent = torch.tanh(self.latent(hidden)).unflatten(-1, (self.mixtures, self.hidden_size))
-        logits = output(latent)  # [..., M, V]
+        return output(latent), torch.log_softmax(self.prior(hidden), dim=-1)
+
+    def _mos_log_probs(self, hidden: torch.Tensor, output, tau) -> torch.Tensor:
+        logits, log_prior = self._mos_parts(hidden, output)
         if tau is not None:
             logits = logits / tau.unsqueeze(-2)
-        log_prior = torch.log_softmax(self.prior(hidden), dim=-1).unsqueeze(-1)  # [..., M, 1]
-        return torch.logsumexp(log_prior + torch.log_softmax(logits, dim=-1), dim=-2)
+        return torch.logsumexp(log_prior.unsqueeze(-1) + torch.log_softmax(logits, dim=-1), dim=-2)
 
-    def _log_probs(self, logits, context_mask, hidden, output):
-        """``(log p [..., T, V], tau or None)`` of teacher forcing."""
+    def _log_probs(self, logits, context_mask, hidden, output, tau=None):
+        """``(log p [..., T, V], tau or None)`` of teacher forcing (``tau``: already computed)."""
         logits, hidden = self._check_pair(logits, hidden, min_dim=2)
-        tau = None if self.temperature is None else self.temperature(hidden)
+        if tau is None and self.temperature is not None:
+            tau = self.temperature(hidden)
         if self.mixtures > 1:
             out = self._mos_log_probs(hidden, output, tau)
             _check_context_mask(context_mask, out)
@@ -457,8 +580,34 @@ class ContextualHead(OutputHead):
     def token_losses(self, logits, targets, context_mask=None, *, hidden=None, output=None):
         """Per-position loss ``[..., T]``: ``-log p(y_t)``, times the mean temperature at that
         position when ``loss_scaling`` (Contextual Temperature (2020), Sec. 3.3, eq. 7; the
-        factor is not detached). Chapter 9 (09_temperature)."""
-        log_probs, tau = self._log_probs(logits, context_mask, hidden, output)
+        factor is not detached). Chapter 9 (09_temperature).
+
+        With gradients and a vanilla base (CT, MoS, CT-MoS) the loss runs through one fused
+        autograd function (the same values to rounding, with a hand-written backward that makes
+        a few passes over ``[..., V]`` or ``[..., M, V]``), since the element-wise passes of the
+        temperature and of the mixture otherwise dominate a training step of a small model."""
+        if self.mixtures > 1 and isinstance(hidden, torch.Tensor) and torch.is_grad_enabled():
+            _, hidden = self._check_pair(logits, hidden, min_dim=2)
+            tau = None if self.temperature is None else self.temperature(hidden)
+            components, log_prior = self._mos_parts(hidden, output)
+            if _lean_enabled(components, log_prior, *([] if tau is None else [tau])):
+                probe = components.select(-2, 0)  # [..., V]: shapes for the checks
+                _check_context_mask(context_mask, probe)
+                targets = _check_targets(targets, probe)
+                return _MixtureNLL.apply(components, log_prior, targets, self.loss_scaling, tau)
+        tau = None
+        if (type(self.base) is VanillaHead and self.mixtures == 1 and self.temperature is not None
+                and isinstance(logits, torch.Tensor) and isinstance(hidden, torch.Tensor)):
+            logits, hidden = self._check_pair(logits, hidden, min_dim=2)
+            tau = self.temperature(hidden)
+            if _lean_enabled(logits, tau):
+                _check_context_mask(context_mask, logits)
+                targets = _check_targets(targets, logits)
+                if tau.dtype != logits.dtype:
+                    dtype = torch.promote_types(tau.dtype, logits.dtype)
+                    logits, tau = logits.to(dtype), tau.to(dtype)
+                return _TemperedNLL.apply(logits, tau, targets, self.loss_scaling)
+        log_probs, tau = self._log_probs(logits, context_mask, hidden, output, tau)
         targets = _check_targets(targets, log_probs)
         losses = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         if self.loss_scaling:

@@ -387,7 +387,7 @@ def test_loss_scaling_is_the_nll_times_the_mean_temperature_and_not_detached(bas
     targets = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(5))
     nll = -head(logits, hidden=hidden).gather(-1, targets[..., None])[..., 0]
     plain.load_state_dict(head.state_dict())
-    torch.testing.assert_close(plain.token_losses(logits, targets, hidden=hidden), nll, rtol=0, atol=0)
+    torch.testing.assert_close(plain.token_losses(logits, targets, hidden=hidden), nll, rtol=1e-14, atol=0)
     tau = head.temperatures(hidden)
     mean_tau = tau.mean(-1) if base == "va" else tau[..., :EOS].mean(-1)  # ST/NMST: the tempered (non-eos) entries
     losses = head.token_losses(logits, targets, hidden=hidden)
@@ -456,12 +456,40 @@ def test_gradcheck_in_float64(base, mixtures, normalisation):
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
-@pytest.mark.parametrize("base", ["va", "nmst"])
-def test_gradcheck_of_scaled_losses_with_context(base):
-    head, output = _head(base, "sigmoid", loss_scaling=True, std=0.5)
+@pytest.mark.parametrize("loss_scaling", [True, False])
+@pytest.mark.parametrize("base,mixtures", [("va", 1), ("nmst", 1), ("va", 3)])
+def test_gradcheck_of_losses_with_context(base, mixtures, loss_scaling):
+    """token_losses (with the fused autograd functions of the vanilla base: CT and CT-MoS)
+    against finite differences."""
+    head, output = _head(base, "sigmoid", mixtures, loss_scaling=loss_scaling, std=0.5)
     mask = torch.tensor([[True, False, False], [False, False, False]])
     f, inputs = _gradcheck_case(head, output, context_mask=mask, losses=True)
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_gradcheck_of_plain_mos_losses():
+    head, output = _head("va", None, mixtures=3, std=0.5)
+    f, inputs = _gradcheck_case(head, output, losses=True)
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("base,mixtures", [("va", 1), ("va", 3)])
+def test_fused_losses_equal_the_autograd_losses_and_gradients(base, mixtures):
+    """The fused training loss gives the values and gradients of -log p(y) * mean tau built from
+    forward() with autograd."""
+    head, output = _head(base, "power-tanh", mixtures, loss_scaling=True)
+    hidden = _hidden(shape=(3, 5))
+    targets = torch.randint(0, V, (3, 5), generator=torch.Generator().manual_seed(8))
+    losses = head.token_losses(output(hidden), targets, hidden=hidden, output=output)
+    assert "Backward" in type(losses.grad_fn).__name__ and "Mul" not in type(losses.grad_fn).__name__
+    ref = -head(output(hidden), hidden=hidden, output=output).gather(-1, targets[..., None])[..., 0]
+    ref = ref * head.temperatures(hidden).mean(-1)
+    torch.testing.assert_close(losses, ref, rtol=1e-13, atol=0)
+    params = list(head.parameters()) + list(output.parameters())
+    g1 = torch.autograd.grad((losses * torch.arange(15.0, dtype=F64).reshape(3, 5)).sum(), params)
+    g2 = torch.autograd.grad((ref * torch.arange(15.0, dtype=F64).reshape(3, 5)).sum(), params)
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-13)
 
 
 @pytest.mark.parametrize("normalisation", NORMS)
