@@ -139,7 +139,7 @@ GPT2_FOLDER = "gpt2"
 """Sub-folder of a results directory for the GPT-2 results of Chapter 7 (07_gpt2)."""
 TEMPERATURE_FOLDER = "temperature"
 """Sub-folder of a results directory for the contextual-temperature results of Chapter 9
-(09_temperature; Contextual Temperature (2020)), written by :mod:`nmst_lib.experiments.temperature`
+(09_temperature; Contextual Temperature (2020)), written by ``nmst_lib.experiments.temperature``
 (one JSON per model, its own schema). A contextual-temperature config run through Chapter 6's
 ``run``/``decode`` commands still goes to :data:`RNN_FOLDER`, under its own key (``...-ct-...``)."""
 
