@@ -491,10 +491,17 @@ class GPT2LM(nn.Module):
         return GPT2State(out.past_key_values, head_state), log_probs
 
     def select(self, state: GPT2State, index: torch.Tensor) -> GPT2State:
-        """Decoding protocol: rows ``index`` of every layer's keys and values, and of the head state."""
+        """Decoding protocol: rows ``index`` of every layer's keys and values, and of the head state.
+
+        An ``index`` that keeps every row in place (``0, 1, ..., B-1``; beam search keeps its
+        beams' order at many steps once the beams settle) returns ``state`` itself: re-copying a
+        cache that grows by one position per step would make such steps cost O(length) each."""
         from transformers import DynamicCache
 
         index = index.to(self.device)
+        if index.dim() == 1 and index.numel() == state.head.shape[0] and bool(
+                torch.equal(index, torch.arange(index.numel(), device=index.device, dtype=index.dtype))):
+            return state
         layers = [(layer.keys.index_select(0, index), layer.values.index_select(0, index))
                   for layer in state.cache.layers]
         return GPT2State(DynamicCache(layers), state.head.index_select(0, index))

@@ -115,6 +115,20 @@ def test_uncached_log_probs_equal_cached_ones_step_by_step_and_after_select(head
     assert us.tokens.shape == (3, 16)
 
 
+def test_select_with_the_identity_index_keeps_the_cache_without_copying_and_a_reorder_still_copies():
+    model = small_gpt2("nmst", 1e-2).eval()
+    ctx = torch.randint(0, V - 1, (3, 10), generator=torch.Generator().manual_seed(7))
+    state, _ = model.initial_state(ctx)
+    same = model.select(state, torch.arange(3))
+    assert same is state  # no copy of the keys and values
+    moved = model.select(state, torch.tensor([1, 0, 2]))
+    assert moved is not state
+    keys = state.cache.layers[0].keys
+    assert torch.equal(moved.cache.layers[0].keys, keys[torch.tensor([1, 0, 2])])
+    fewer = model.select(state, torch.arange(2))  # dropping rows is not the identity
+    assert fewer.head.shape[0] == 2 and fewer.cache.layers[0].keys.shape[0] == 2
+
+
 def test_uncached_greedy_and_beam_decodes_equal_the_cached_ones():
     model = small_gpt2("nmst", 1e-2).eval()
     ctx = torch.randint(0, V - 1, (4, 10), generator=torch.Generator().manual_seed(5))
