@@ -36,7 +36,9 @@ safe without any clamp; the log-probabilities are ``log_softmax(z / tau)``, comp
   (the paper's eq. 3) with the temperature shared by the M components (eq. 6, CT-MoS), or
   without temperature (plain MoS);
 * ``loss_scaling``: the per-token loss ``-log p(y_t)`` multiplied by the mean temperature at
-  that position (Sec. 3.3, eq. 7, "the average of temperatures"), not detached.
+  that position (Sec. 3.3, eq. 7, "the average of temperatures"); the factor gets a gradient
+  (the literal eq. 7) unless ``detach_loss_scale`` (the gradient the paper's softmax normalisation
+  gives, whose mean temperature is a constant).
 
 The model passes its pre-output hidden state and its tied output layer to heads whose
 ``uses_hidden`` is True (:class:`nmst_lib.heads.OutputHead`); decoding
@@ -285,20 +287,21 @@ class _TemperedNLL(torch.autograd.Function):
     With ``q = softmax(z / tau)``, upstream gradient ``g`` and loss factor ``m`` (``mean tau``
     when scaled, else 1): ``d/dz_v = g m (q_v - [v = y]) / tau_v`` and
     ``d/dtau_v = -(d/dz_v) (z_v / tau_v) + g nll / V`` (the last term only when scaled: the
-    gradient of the factor, eq. 7 of Contextual Temperature (2020), not detached). Saves
+    gradient of the factor, eq. 7 of Contextual Temperature (2020); left out when ``detached``,
+    i.e. when the factor is a constant weight of each position's gradient). Saves
     ``z / tau``, ``log q`` and ``1 / tau``; the backward makes about four passes over
     ``[..., V]`` where autograd's chain (division, log-softmax, gather, mean) makes about ten.
     """
 
     @staticmethod
-    def forward(ctx, logits, tau, targets, scaled):
+    def forward(ctx, logits, tau, targets, scaled, detached=False):
         inv_tau = torch.reciprocal(tau)
         y = logits * inv_tau
         log_q = torch.log_softmax(y, dim=-1)
         nll = -log_q.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         mean_tau = tau.mean(-1) if scaled else None
         ctx.save_for_backward(y, log_q, inv_tau, targets, nll, mean_tau)
-        ctx.scaled = scaled
+        ctx.scaled, ctx.detached = scaled, detached
         return nll * mean_tau if scaled else nll
 
     @staticmethod
@@ -313,9 +316,9 @@ class _TemperedNLL(torch.autograd.Function):
         grad_tau = None
         if ctx.needs_input_grad[1]:
             grad_tau = torch.mul(y, grad).neg_()
-            if ctx.scaled:
+            if ctx.scaled and not ctx.detached:
                 grad_tau.add_((grad_losses * nll / y.shape[-1]).unsqueeze(-1))
-        return (grad if ctx.needs_input_grad[0] else None), grad_tau, None, None
+        return (grad if ctx.needs_input_grad[0] else None), grad_tau, None, None, None
 
 
 class _MixtureNLL(torch.autograd.Function):
@@ -328,10 +331,11 @@ class _MixtureNLL(torch.autograd.Function):
     ``d/dz_{m,v} = g r_m (q_{m,v} - [v = y]) / tau_v``, ``d/d log pi_m = -g r_m`` and
     ``d/dtau_v = -sum_m (d/dz_{m,v}) z_{m,v} / tau_v`` (+ ``g nll / V`` when scaled). About four
     passes over ``[..., M, V]`` in backward where autograd's chain (division, log-softmax,
-    logsumexp over the components, gather) makes several times more."""
+    logsumexp over the components, gather) makes several times more. ``detached``: the factor
+    gets no gradient (the ``g nll / V`` term is left out)."""
 
     @staticmethod
-    def forward(ctx, logits, log_prior, targets, scaled, tau):
+    def forward(ctx, logits, log_prior, targets, scaled, tau, detached=False):
         inv_tau = None if tau is None else torch.reciprocal(tau)
         y = logits if tau is None else logits * inv_tau.unsqueeze(-2)
         log_q = torch.log_softmax(y, dim=-1)  # [..., M, V]
@@ -342,7 +346,7 @@ class _MixtureNLL(torch.autograd.Function):
         resp = torch.exp(joint - log_p.unsqueeze(-1))
         mean_tau = tau.mean(-1) if scaled else None
         ctx.save_for_backward(y, log_q, inv_tau, resp, index, nll, mean_tau)
-        ctx.scaled = scaled
+        ctx.scaled, ctx.detached = scaled, detached
         return nll * mean_tau if scaled else nll
 
     @staticmethod
@@ -362,10 +366,10 @@ class _MixtureNLL(torch.autograd.Function):
                 for m in range(1, y.shape[-2]):  # the M components, not tokens
                     grad_tau.addcmul_(grad.select(-2, m), y.select(-2, m))
                 grad_tau.neg_()
-                if ctx.scaled:
+                if ctx.scaled and not ctx.detached:
                     grad_tau.add_((grad_losses * nll / y.shape[-1]).unsqueeze(-1))
         grad_log_prior = -gr if ctx.needs_input_grad[1] else None
-        return (grad if ctx.needs_input_grad[0] else None), grad_log_prior, None, None, grad_tau
+        return (grad if ctx.needs_input_grad[0] else None), grad_log_prior, None, None, grad_tau, None
 
 
 def _lean_enabled(*tensors) -> bool:
@@ -416,7 +420,13 @@ class ContextualHead(OutputHead):
     * **Loss scaling** (Sec. 3.3, eq. 7): ``token_losses = -log p(y_t) * mean(tau_t)``, the
       mean over the tempered vocabulary entries (all V; the V - 1 non-eos ones for an ST/NMST
       base), NOT detached: the factor is part of the objective, so its gradient also pushes
-      the temperatures down. Perplexities are always computed from ``forward`` (plain NLL).
+      the temperatures down (for every token, by ``nll / V`` per position: with a per-token
+      sigmoid this drives all temperatures to the floor ``a / b``, Chapter 9). With
+      ``detach_loss_scale=True`` the factor is a constant weight of each position's gradient
+      instead: exactly the gradient the paper's own normalisation gives, since with its
+      softmax over the vocabulary the mean temperature is the constant ``(a + 1/V) / b`` and
+      the factor has no gradient at all. Perplexities are always computed from ``forward``
+      (plain NLL).
 
     Division by tau is safe because every normalisation keeps tau >= its positive lower bound
     (:func:`temperature_range`); numerics are in log space, without clamps.
@@ -425,7 +435,8 @@ class ContextualHead(OutputHead):
     uses_hidden = True
 
     def __init__(self, base: OutputHead, hidden_size: int, vocab_size: int, *,
-                 temperature: ContextualTemperature | None, mixtures: int = 1, loss_scaling: bool = False):
+                 temperature: ContextualTemperature | None, mixtures: int = 1, loss_scaling: bool = False,
+                 detach_loss_scale: bool = False):
         if not isinstance(base, OutputHead):
             raise TypeError(f"base must be an output layer from nmst_lib.heads (VanillaHead, STHead or NMSTHead), "
                             f"got {type(base).__name__}")
@@ -437,6 +448,10 @@ class ContextualHead(OutputHead):
         self.vocab_size = check_positive_int(vocab_size, "vocab_size", minimum=2)
         self.mixtures = check_positive_int(mixtures, "mixtures")
         self.loss_scaling = _check_bool(loss_scaling, "loss_scaling")
+        self.detach_loss_scale = _check_bool(detach_loss_scale, "detach_loss_scale")
+        if self.detach_loss_scale and not self.loss_scaling:
+            raise ValueError("detach_loss_scale applies to loss_scaling=True only (it says whether the mean-temperature "
+                             "factor gets a gradient)")
         if temperature is not None:
             if not isinstance(temperature, ContextualTemperature):
                 raise TypeError(f"temperature must be a ContextualTemperature or None, got {type(temperature).__name__}")
@@ -467,7 +482,8 @@ class ContextualHead(OutputHead):
 
     def extra_repr(self) -> str:
         return (f"name={self.name!r}, hidden_size={self.hidden_size}, vocab_size={self.vocab_size}, "
-                f"mixtures={self.mixtures}, loss_scaling={self.loss_scaling}")
+                f"mixtures={self.mixtures}, loss_scaling={self.loss_scaling}"
+                + (", detach_loss_scale=True" if self.detach_loss_scale else ""))
 
     # ------------------------------------------------------------------ pieces
 
@@ -580,7 +596,7 @@ class ContextualHead(OutputHead):
     def token_losses(self, logits, targets, context_mask=None, *, hidden=None, output=None):
         """Per-position loss ``[..., T]``: ``-log p(y_t)``, times the mean temperature at that
         position when ``loss_scaling`` (Contextual Temperature (2020), Sec. 3.3, eq. 7; the
-        factor is not detached). Chapter 9 (09_temperature).
+        factor gets a gradient unless ``detach_loss_scale``). Chapter 9 (09_temperature).
 
         With gradients and a vanilla base (CT, MoS, CT-MoS) the loss runs through one fused
         autograd function (the same values to rounding, with a hand-written backward that makes
@@ -594,7 +610,8 @@ class ContextualHead(OutputHead):
                 probe = components.select(-2, 0)  # [..., V]: shapes for the checks
                 _check_context_mask(context_mask, probe)
                 targets = _check_targets(targets, probe)
-                return _MixtureNLL.apply(components, log_prior, targets, self.loss_scaling, tau)
+                return _MixtureNLL.apply(components, log_prior, targets, self.loss_scaling, tau,
+                                         self.detach_loss_scale)
         tau = None
         if (type(self.base) is VanillaHead and self.mixtures == 1 and self.temperature is not None
                 and isinstance(logits, torch.Tensor) and isinstance(hidden, torch.Tensor)):
@@ -606,24 +623,27 @@ class ContextualHead(OutputHead):
                 if tau.dtype != logits.dtype:
                     dtype = torch.promote_types(tau.dtype, logits.dtype)
                     logits, tau = logits.to(dtype), tau.to(dtype)
-                return _TemperedNLL.apply(logits, tau, targets, self.loss_scaling)
+                return _TemperedNLL.apply(logits, tau, targets, self.loss_scaling, self.detach_loss_scale)
         log_probs, tau = self._log_probs(logits, context_mask, hidden, output, tau)
         targets = _check_targets(targets, log_probs)
         losses = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         if self.loss_scaling:
-            losses = losses * self._mean_temperature(tau)
+            factor = self._mean_temperature(tau)
+            losses = losses * (factor.detach() if self.detach_loss_scale else factor)
         return losses
 
 
 def contextual_head(base: OutputHead, hidden_size: int, vocab_size: int, *, normalisation=None, a=None, b=None,
-                    lam=None, rank=None, mixtures: int = 1, loss_scaling: bool = False) -> OutputHead:
+                    lam=None, rank=None, mixtures: int = 1, loss_scaling: bool = False,
+                    detach_loss_scale: bool = False) -> OutputHead:
     """The output layer of a Chapter 9 (09_temperature) configuration: ``base`` itself when
     ``normalisation`` is None and ``mixtures == 1``; otherwise a :class:`ContextualHead` around
     ``base`` with a :class:`ContextualTemperature` (``normalisation`` one of
     ``TEMPERATURE_NORMALISATIONS``, hyper-parameters from :func:`temperature_defaults` when
     None, ``rank`` Q = ``hidden_size // 2`` when None; Contextual Temperature (2020), eq. 5,
     Table 3) and/or a mixture of ``mixtures`` softmaxes (eqs. 3 and 6), with loss scaling
-    (Sec. 3.3, eq. 7) if asked. Hyper-parameters without a normalisation raise ValueError."""
+    (Sec. 3.3, eq. 7) if asked, its factor detached with ``detach_loss_scale``.
+    Hyper-parameters without a normalisation raise ValueError."""
     mixtures = check_positive_int(mixtures, "mixtures")
     loss_scaling = _check_bool(loss_scaling, "loss_scaling")
     if normalisation is None:
@@ -647,4 +667,4 @@ def contextual_head(base: OutputHead, hidden_size: int, vocab_size: int, *, norm
             rank = hidden_size // 2
         temperature = ContextualTemperature(hidden_size, vocab_size, rank, normalisation, a=a, b=b, lam=lam)
     return ContextualHead(base, hidden_size, vocab_size, temperature=temperature, mixtures=mixtures,
-                          loss_scaling=loss_scaling)
+                          loss_scaling=loss_scaling, detach_loss_scale=detach_loss_scale)

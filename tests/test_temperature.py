@@ -401,6 +401,36 @@ def test_loss_scaling_is_the_nll_times_the_mean_temperature_and_not_detached(bas
     torch.testing.assert_close(g_total, g_nll + g_factor, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("base,mixtures", [("va", 1), ("nmst", 1), ("va", 3)])
+def test_detached_loss_scaling_has_the_same_values_and_no_gradient_through_the_factor(base, mixtures):
+    """detach_loss_scale: the loss is still nll * mean tau, but its gradient is mean tau * d(nll)
+    only (fused and autograd paths alike)."""
+    literal, output = _head(base, "sigmoid", mixtures, loss_scaling=True)
+    detached, _ = _head(base, "sigmoid", mixtures, loss_scaling=True, detach_loss_scale=True)
+    detached.load_state_dict(literal.state_dict())
+    hidden = _hidden(shape=(2, 6))
+    logits = output(hidden).detach()
+    targets = torch.randint(0, V, (2, 6), generator=torch.Generator().manual_seed(9))
+    lit = literal.token_losses(logits, targets, hidden=hidden, output=output)
+    det = detached.token_losses(logits, targets, hidden=hidden, output=output)
+    torch.testing.assert_close(det, lit, rtol=1e-13, atol=0)
+    nll = -detached(logits, hidden=hidden, output=output).gather(-1, targets[..., None])[..., 0]
+    tau = detached.temperatures(hidden)
+    mean_tau = tau.mean(-1) if base == "va" else tau[..., :EOS].mean(-1)
+    w2 = detached.temperature.W2.weight
+    (g_det,) = torch.autograd.grad(det.sum(), w2)
+    (g_ref,) = torch.autograd.grad((nll * mean_tau.detach()).sum(), w2)
+    torch.testing.assert_close(g_det, g_ref, rtol=1e-11, atol=1e-14)
+    (g_lit,) = torch.autograd.grad(literal.token_losses(logits, targets, hidden=hidden, output=output).sum(),
+                                   literal.temperature.W2.weight)
+    assert float((g_lit - g_det).abs().max()) > 1e-6  # the literal eq. 7 differs by the factor's gradient
+
+
+def test_detach_loss_scale_needs_loss_scaling():
+    with pytest.raises(ValueError, match="detach_loss_scale applies to loss_scaling=True"):
+        contextual_head(VanillaHead(), H, V, normalisation="sigmoid", detach_loss_scale=True)
+
+
 def test_loss_scaling_with_softmax_normalisation_is_a_constant_factor():
     head, output = _head("va", "softmax", loss_scaling=True)
     plain, _ = _head("va", "softmax")
@@ -456,12 +486,30 @@ def test_gradcheck_in_float64(base, mixtures, normalisation):
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
-@pytest.mark.parametrize("loss_scaling", [True, False])
+@pytest.mark.parametrize("loss_scaling", [True, False, "detached"])
 @pytest.mark.parametrize("base,mixtures", [("va", 1), ("nmst", 1), ("va", 3)])
 def test_gradcheck_of_losses_with_context(base, mixtures, loss_scaling):
     """token_losses (with the fused autograd functions of the vanilla base: CT and CT-MoS)
-    against finite differences."""
-    head, output = _head(base, "sigmoid", mixtures, loss_scaling=loss_scaling, std=0.5)
+    against finite differences (``detached``: against the loss with the factor held fixed)."""
+    detached = loss_scaling == "detached"
+    head, output = _head(base, "sigmoid", mixtures, loss_scaling=bool(loss_scaling), std=0.5,
+                         detach_loss_scale=detached)
+    if detached:  # finite differences see the factor move; compare with autograd of the detached formula instead
+        hidden = _hidden(shape=(2, 3), scale=0.5)
+        targets = torch.tensor([[1, EOS, 3], [4, 0, 2]])
+        losses = head.token_losses(output(hidden), targets, hidden=hidden, output=output)
+        params = list(head.parameters())
+        g1 = torch.autograd.grad(losses.sum(), params, allow_unused=True)
+        ref = -head(output(hidden), hidden=hidden, output=output).gather(-1, targets[..., None])[..., 0]
+        tau = head.temperatures(hidden)
+        ref = ref * (tau.mean(-1) if base == "va" else tau[..., :EOS].mean(-1)).detach()
+        g2 = torch.autograd.grad(ref.sum(), params, allow_unused=True)
+        for a, b in zip(g1, g2):
+            if a is None or b is None:
+                assert a is None and b is None or float((a if b is None else b).abs().max()) == 0.0
+            else:
+                torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-13)
+        return
     mask = torch.tensor([[True, False, False], [False, False, False]])
     f, inputs = _gradcheck_case(head, output, context_mask=mask, losses=True)
     assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)

@@ -462,15 +462,20 @@ def test_analyses_reject_bad_input():
 def test_suite_configs_are_chapter_6_lstm_plus_temperature():
     configs = T.temperature_suite_configs("cpu")
     assert [c.key for c in configs] == [
-        "cpu-lstm-va-ct-sig-a1-b0.5-seed0", "cpu-lstm-nmst-eps5e-4-ct-sig-a1-b0.5-seed0",
-        "cpu-lstm-va-ct-sig-a1-b0.5-nols-seed0", "cpu-lstm-va-ct-pow-l4-seed0", "cpu-lstm-va-ct-shift-l3-seed0",
-        "cpu-lstm-va-ct-smax-a1-b0.5-seed0", "cpu-lstm-va-mos3-seed0", "cpu-lstm-va-mos3-ct-sig-a1-b0.5-seed0"]
+        "cpu-lstm-va-ct-sig-a1-b0.5-lsdet-seed0", "cpu-lstm-nmst-eps5e-4-ct-sig-a1-b0.5-lsdet-seed0",
+        "cpu-lstm-va-ct-sig-a1-b0.5-nols-seed0", "cpu-lstm-va-ct-sig-a1-b0.5-seed0",
+        "cpu-lstm-va-ct-pow-l4-lsdet-seed0", "cpu-lstm-va-ct-shift-l3-lsdet-seed0",
+        "cpu-lstm-va-ct-smax-a1-b0.5-lsdet-seed0", "cpu-lstm-va-mos3-seed0",
+        "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0"]
+    # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
+    assert [c.model.detach_loss_scale for c in configs] == [True, True, False, False, True, True, True, False, True]
     ch6 = make_config("cpu", "lstm", "va").to_dict()
     for c in configs:
         d = c.model.to_dict()
         for k in set(ch6) - {"decoders", "head", "eps"}:
             assert d[k] == ch6[k], (c.key, k)
-        assert c.model.decoders == (T.CT_DECODERS if c.key in (configs[0].key, configs[1].key) else ("greedy",))
+        featured = (configs[0].key, configs[1].key, configs[3].key)
+        assert c.model.decoders == (T.CT_DECODERS if c.key in featured else ("greedy",))
     assert [c.key for c in T.baseline_configs("cpu")] == [
         "cpu-lstm-va-seed0", "cpu-lstm-va-seed1", "cpu-lstm-va-seed2",
         "cpu-lstm-nmst-eps5e-4-seed0", "cpu-lstm-nmst-eps5e-4-seed1", "cpu-lstm-nmst-eps5e-4-seed2"]
@@ -505,7 +510,7 @@ def quick_suite(tmp_path_factory):
 def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
     out, ckpt, argv = quick_suite
     stored = T.load_temperature_results("quick", out)
-    assert [s.status for s in stored] == [CURRENT] * 8
+    assert [s.status for s in stored] == [CURRENT] * 9
     for s, c in zip(stored, T.temperature_suite_configs("quick")):
         d = s.data
         assert s.path == out / "temperature" / f"{c.key}.json"
@@ -519,7 +524,7 @@ def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
         assert list(d["decoding"]) == list(c.model.decoders)
         assert d["metrics"]["val_ppl"] > 1 and d["model"]["training_hash"] == training_hash(c.model)
     assert cli.main(argv) == 0  # everything current: skipped
-    assert capsys.readouterr().out.count("current, skipped") == 8
+    assert capsys.readouterr().out.count("current, skipped") == 9
 
 
 def test_quick_results_hold_what_the_chapter_draws(quick_suite):
@@ -593,7 +598,7 @@ def _fake(config, val, test, params=1000, decoding=None, loss_scaling=None):
             "model": {"label": config.label, "head": m.head, "eps": m.eps, "temperature": m.temperature,
                       "a": m.temperature_a, "b": m.temperature_b, "lambda": m.temperature_lambda,
                       "rank": m.temperature_rank, "mixtures": m.mixtures, "loss_scaling": m.loss_scaling,
-                      "range": [2.0, 4.0]},
+                      "detach_loss_scale": m.detach_loss_scale, "range": [2.0, 4.0]},
             "metrics": {"val_ppl": val, "test_ppl": test, "num_parameters": params},
             "decoding": decoding or {}}
 
@@ -616,7 +621,7 @@ def test_table_builders_on_synthetic_results():
     base = [_fake_baseline(c, v, v - 10, {"greedy": _dec(0.8), "beam-2": _dec(0.0)})
             for c, v in zip(T.baseline_configs("cpu"), (150.0, 152.0, 154.0, 160.0, 161.0, 162.0))]
     rows = T.temperature_table_rows(recs + [stale], base)
-    assert len(rows) == 2 + 8
+    assert len(rows) == 2 + 9
     va = rows[0]
     assert va["model"].startswith("VA+LSTM") and va["seeds"] == 3 and va["val ppl"] == pytest.approx(152.0)
     assert va["val ppl sd"] == pytest.approx(2.0) and va["test ppl"] == pytest.approx(142.0)
@@ -626,7 +631,8 @@ def test_table_builders_on_synthetic_results():
     assert [r["normalisation"] for r in norm] == ["sigmoid", "power-tanh", "shifted-tanh", "softmax"]
     assert norm[1]["hyper-parameter"] == "lambda=4" and norm[0]["hyper-parameter"] == "a=1, b=0.5"
     ls = T.loss_scaling_table_rows(recs)
-    assert [r["loss scaling"] for r in ls] == [False, True] and ls[1]["val ppl"] == 100.0
+    assert [r["loss scaling"] for r in ls] == ["none", "eq. 7 (factor has a gradient)", "detached factor"]
+    assert [r["val ppl"] for r in ls] == [102.0, 103.0, 100.0]
     rnt = T.temperature_rnt_rows(recs, base)
     assert {r["decoder"] for r in rnt} == {"greedy", "top-2"}  # the baselines' beam-2 is left out
     assert sum(r["model"].startswith("VA+LSTM, seed") for r in rnt) == 3
@@ -647,7 +653,7 @@ def test_cli_dry_run_lists_the_cpu_suite_with_keys(tmp_path, capsys):
     assert cli.main(["temperature", "--profile", "cpu", "--dry-run", "--only", "pow,mos3", "--out",
                      str(tmp_path)]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()] == [
-        "cpu-lstm-va-ct-pow-l4-seed0", "cpu-lstm-va-mos3-seed0", "cpu-lstm-va-mos3-ct-sig-a1-b0.5-seed0"]
+        "cpu-lstm-va-ct-pow-l4-lsdet-seed0", "cpu-lstm-va-mos3-seed0", "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0"]
 
 
 def test_cli_errors(tmp_path, capsys):

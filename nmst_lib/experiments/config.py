@@ -257,8 +257,10 @@ class ExperimentConfig:
     (sigmoid/softmax: tau = (sigma(mu) + a) / b, default a = 1, b = 1/2), ``temperature_lambda``
     (power-tanh: lambda ** tanh(mu), default 4; shifted-tanh: tanh(mu) + lambda, default 3),
     ``temperature_rank`` (Q of mu = h W1 W2, default ``hidden // 2``), ``loss_scaling`` (multiply
-    each token's NLL by the mean temperature, Sec. 3.3) and ``mixtures`` (M > 1: a mixture of M
-    softmaxes, eq. 3 and 6, head va only).
+    each token's NLL by the mean temperature, Sec. 3.3), ``detach_loss_scale`` (with loss_scaling:
+    the factor gets no gradient, a constant weight per position, which is the gradient the paper's
+    softmax normalisation gives; False = the literal eq. 7, whose factor gradient pushes every
+    temperature down) and ``mixtures`` (M > 1: a mixture of M softmaxes, eq. 3 and 6, head va only).
     """
 
     profile: str = "quick"
@@ -313,6 +315,7 @@ class ExperimentConfig:
     temperature_rank: int | None = None
     loss_scaling: bool = False
     mixtures: int = 1
+    detach_loss_scale: bool = False
 
     @property
     def key(self) -> str:
@@ -328,7 +331,8 @@ class ExperimentConfig:
         """The Chapter 9 (09_temperature) part of :attr:`key`: ``-mos{M}`` for a mixture of M
         softmaxes (Contextual Temperature (2020) eq. 3), then ``-ct-`` and the normalisation of
         eq. 5 / Table 3 (``sig-a1-b0.5``, ``smax-a1-b0.5``, ``pow-l4``, ``shift-l3``), ``-nols``
-        without the loss scaling of Sec. 3.3, and ``-q{rank}`` when the rank Q of W1 W2 is not
+        without the loss scaling of Sec. 3.3, ``-lsdet`` with it detached (``detach_loss_scale``),
+        and ``-q{rank}`` when the rank Q of W1 W2 is not
         ``hidden // 2``. Empty for every config of Chapters 6-8."""
         out = f"-mos{self.mixtures}" if self.mixtures != 1 else ""
         if self.temperature is None:
@@ -338,7 +342,7 @@ class ExperimentConfig:
             norm = f"{short}-a{self.temperature_a:g}-b{self.temperature_b:g}"
         else:
             norm = f"{short}-l{self.temperature_lambda:g}"
-        out += "-ct-" + norm + ("" if self.loss_scaling else "-nols")
+        out += "-ct-" + norm + ("-lsdet" if self.detach_loss_scale else "" if self.loss_scaling else "-nols")
         if self.temperature_rank is not None and self.temperature_rank != self.hidden // 2:
             out += f"-q{self.temperature_rank}"
         return out
@@ -360,6 +364,8 @@ class ExperimentConfig:
                 parts.append(f"{self.temperature} lambda={self.temperature_lambda:g}")
             if not self.loss_scaling:
                 parts.append("no LS")
+            elif self.detach_loss_scale:
+                parts.append("LS detached")
             if self.temperature_rank is not None and self.temperature_rank != self.hidden // 2:
                 parts.append(f"Q={self.temperature_rank}")
         extra = f" ({', '.join(parts)})" if parts else ""
@@ -370,7 +376,7 @@ class ExperimentConfig:
         None (every head but entmax and nmst-entmax), and the fields added for GPT-2 (Chapter 7,
         07_gpt2: dataset, pretrained, attn_heads, lr_schedule, lr_decay_steps, max_steps,
         grad_accum, no_decay_bias_norm) and for Chapter 9 (09_temperature: temperature,
-        temperature_a, temperature_b, temperature_lambda, temperature_rank, loss_scaling, mixtures)
+        temperature_a, temperature_b, temperature_lambda, temperature_rank, loss_scaling, mixtures, detach_loss_scale)
         when they are at their defaults, so that configs written before those fields existed
         (Chapter 6's, 7's and 8's committed results) keep their :func:`config_hash`."""
         d = asdict(self)
@@ -390,7 +396,7 @@ _OMITTED_AT_DEFAULT = {"alpha": None, "dataset": "wikitext-2", "pretrained": Non
                        "lr_schedule": "plateau", "lr_decay_steps": None, "max_steps": None, "grad_accum": 1,
                        "no_decay_bias_norm": False,
                        "temperature": None, "temperature_a": None, "temperature_b": None, "temperature_lambda": None,
-                       "temperature_rank": None, "loss_scaling": False, "mixtures": 1}
+                       "temperature_rank": None, "loss_scaling": False, "mixtures": 1, "detach_loss_scale": False}
 """Fields that :meth:`ExperimentConfig.to_dict` leaves out at these values (they postdate
 Chapter 6's committed results, whose hashes must not change)."""
 
@@ -501,6 +507,11 @@ def _validate_temperature(config: ExperimentConfig, arch: str, head: str) -> dic
                          f"Contextual Temperature (2020) eq. 3), got {mixtures!r}")
     if not isinstance(config.loss_scaling, bool):
         raise TypeError(f"loss_scaling must be True or False, got {config.loss_scaling!r}")
+    if not isinstance(config.detach_loss_scale, bool):
+        raise TypeError(f"detach_loss_scale must be True or False, got {config.detach_loss_scale!r}")
+    if config.detach_loss_scale and not config.loss_scaling:
+        raise ValueError("detach_loss_scale applies with loss_scaling=True only (it says whether the mean-temperature "
+                         "factor of Contextual Temperature (2020) eq. 7 gets a gradient)")
     ct_fields = ("temperature_a", "temperature_b", "temperature_lambda", "temperature_rank")
     if config.temperature is None:
         given = [name for name in ct_fields if getattr(config, name) is not None]

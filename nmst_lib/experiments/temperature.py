@@ -6,17 +6,23 @@ output layer of ``nmst_lib.temperature.contextual_head``; at ``cpu`` Chapter 6's
 vocabulary 5,000 + ``<unk>``, 4 epochs, lr 2e-3, plus the temperature fields), in run order
 (:func:`temperature_suite_configs`):
 
-1. CT-VA, sigmoid normalisation a = 1, b = 1/2 (eq. 5; tau in [2, 4]), loss scaling (Sec. 3.3);
-2. CT-NMST (eps = Chapter 6's featured eps, 5e-4 at cpu): the temperature divides the non-eos logits,
-   eos follows NMST, so the termination bound 1 - (1 - eps)^t holds;
+1. CT-VA, sigmoid normalisation a = 1, b = 1/2 (eq. 5; tau in [2, 4]), loss scaling (Sec. 3.3) with its
+   factor detached ("LS" below: each position's loss weighted by its mean temperature, held constant
+   for the gradient, which is the gradient the paper's own softmax normalisation gives, since there
+   the mean temperature is the constant (a + 1/V)/b);
+2. CT-NMST (eps = Chapter 6's featured eps, 5e-4 at cpu), sigmoid, LS: the temperature divides the
+   non-eos logits, eos follows NMST, so the termination bound 1 - (1 - eps)^t holds;
 3. CT-VA sigmoid without loss scaling (Table 4's ablation);
-4. CT-VA power-tanh, lambda = 4 (Table 3; range [1/4, 4]);
-5. CT-VA shifted-tanh, lambda = 3 (Table 3; range [2, 4]);
-6. CT-VA softmax normalisation (the paper's literal text for eq. 5: the temperatures sum to a constant);
-7. MoS, M = 3 (eq. 3; no temperature);
-8. CT-MoS, M = 3, sigmoid, loss scaling (eq. 6).
+4. CT-VA sigmoid with the literal eq. 7 (the factor has a gradient, which pushes every temperature
+   towards a/b: Table 4's third row);
+5. CT-VA power-tanh, lambda = 4, LS (Table 3; range [1/4, 4]);
+6. CT-VA shifted-tanh, lambda = 3, LS (Table 3; range [2, 4]);
+7. CT-VA softmax normalisation, LS (the paper's literal text for eq. 5: the temperatures sum to a
+   constant);
+8. MoS, M = 3 (eq. 3; no temperature);
+9. CT-MoS, M = 3, sigmoid, LS (eq. 6).
 
-Models 1-2 decode with greedy, top-2, top-4, nucleus-0.2 and nucleus-0.4, the others greedy only, on the
+Models 1, 2 and 4 decode with greedy, top-2, top-4, nucleus-0.2 and nucleus-0.4, the others greedy only, on the
 SAME validation contexts as Chapter 6 (128 for greedy, the first 64 for the others, L = 1e4 at cpu), by
 Chapter 6's own code (:func:`nmst_lib.experiments.runs.evaluate_trained`), so r_nt(L) compares directly with
 Chapter 6's committed VA and NMST LSTMs (:func:`baseline_configs`, :func:`load_baselines`).
@@ -255,8 +261,12 @@ _SUITE_DECODERS = {"quick": ("greedy", "top-2"), "cpu": CT_DECODERS, "paper": CT
 def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
     """The models of Chapter 9 (09_temperature) at ``profile``, in run order (see the module
     docstring): CT-VA sigmoid + LS; CT-NMST (eps = the profile's featured eps) sigmoid + LS; CT-VA
-    sigmoid without LS; CT-VA power-tanh lambda 4 + LS; CT-VA shifted-tanh lambda 3 + LS; CT-VA softmax
-    + LS; MoS M = 3; CT-MoS M = 3 sigmoid + LS (Contextual Temperature (2020) eq. 5-7, Tables 3-4).
+    sigmoid without LS; CT-VA sigmoid with the literal eq. 7 LS; CT-VA power-tanh lambda 4 + LS; CT-VA
+    shifted-tanh lambda 3 + LS; CT-VA softmax + LS; MoS M = 3; CT-MoS M = 3 sigmoid + LS (Contextual
+    Temperature (2020) eq. 5-7, Tables 3-4). "LS" is the loss scaling of Sec. 3.3 with its factor
+    detached (``detach_loss_scale``: a constant weight per position, the gradient the paper's own softmax
+    normalisation gives, whose mean temperature is constant); the literal eq. 7, whose factor gradient
+    pushes every sigmoid temperature to its floor a/b, is the fourth model, for Table 4.
 
     Training: :func:`~nmst_lib.experiments.config.make_config` (``profile``, ``"lstm"``) plus the
     temperature fields (rank ``hidden // 2``), i.e. at ``cpu`` Chapter 6's cpu LSTM. Decoding: the
@@ -266,15 +276,17 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
     eps = FEATURED_EPS[profile]
     sig = dict(temperature="sigmoid")
+    ls = dict(loss_scaling=True, detach_loss_scale=True)
     models = [
-        ("va", None, dict(sig, loss_scaling=True), True),
-        ("nmst", eps, dict(sig, loss_scaling=True), True),
+        ("va", None, dict(sig, **ls), True),
+        ("nmst", eps, dict(sig, **ls), True),
         ("va", None, dict(sig, loss_scaling=False), False),
-        ("va", None, dict(temperature="power-tanh", loss_scaling=True), False),
-        ("va", None, dict(temperature="shifted-tanh", loss_scaling=True), False),
-        ("va", None, dict(temperature="softmax", loss_scaling=True), False),
+        ("va", None, dict(sig, loss_scaling=True), True),  # the literal eq. 7 (Table 4)
+        ("va", None, dict(temperature="power-tanh", **ls), False),
+        ("va", None, dict(temperature="shifted-tanh", **ls), False),
+        ("va", None, dict(temperature="softmax", **ls), False),
         ("va", None, dict(mixtures=3), False),
-        ("va", None, dict(sig, mixtures=3, loss_scaling=True), False),
+        ("va", None, dict(sig, mixtures=3, **ls), False),
     ]
     out = []
     for head, e, fields_, featured in models:
@@ -724,6 +736,7 @@ def evaluate_temperature(run: TrainedRun, config: TemperatureConfig, *, tracking
         "model": {"label": config.label, "head": m.head, "eps": m.eps, "temperature": m.temperature,
                   "a": m.temperature_a, "b": m.temperature_b, "lambda": m.temperature_lambda,
                   "rank": m.temperature_rank, "mixtures": m.mixtures, "loss_scaling": m.loss_scaling,
+                  "detach_loss_scale": m.detach_loss_scale,
                   "range": list(rng) if rng is not None else None, "head_name": getattr(head, "name", None),
                   # with an ST/NMST base the eos logit is not tempered: its tau column exists but is unused
                   "eos_tempered": m.temperature is not None and m.head == "va",
@@ -912,12 +925,13 @@ def _hyper(m: dict) -> str:
 
 def normalisation_table_rows(stored) -> list[dict]:
     """Contextual Temperature (2020) Table 3 analogue (Chapter 9, 09_temperature): the CT-VA models with
-    loss scaling and no mixture, one per normalisation, ``{"normalisation", "hyper-parameter", "range",
-    "params", "val ppl", "test ppl", "key"}``; ``range`` is the head's [lo, hi]."""
+    (detached) loss scaling and no mixture, one per normalisation, ``{"normalisation", "hyper-parameter",
+    "range", "params", "val ppl", "test ppl", "key"}``; ``range`` is the head's [lo, hi]."""
     rows = []
     for rec in _records(stored):
         m = rec["model"]
-        if m["temperature"] is None or m["mixtures"] != 1 or m["head"] != "va" or not m["loss_scaling"]:
+        if (m["temperature"] is None or m["mixtures"] != 1 or m["head"] != "va" or not m["loss_scaling"]
+                or not m.get("detach_loss_scale", False)):
             continue
         rows.append({"normalisation": m["temperature"], "hyper-parameter": _hyper(m), "range": m["range"],
                      "params": rec["metrics"]["num_parameters"], "val ppl": rec["metrics"]["val_ppl"],
@@ -927,17 +941,23 @@ def normalisation_table_rows(stored) -> list[dict]:
 
 def loss_scaling_table_rows(stored) -> list[dict]:
     """Contextual Temperature (2020) Table 4 analogue (Chapter 9, 09_temperature): the sigmoid CT-VA
-    models (no mixture) with and without loss scaling, ``{"model", "loss scaling", "params", "val ppl",
-    "test ppl", "key"}``, without first as in the paper."""
+    models (no mixture) without loss scaling, with the literal eq. 7 (the factor has a gradient) and
+    with the factor detached, in that order, ``{"model", "loss scaling", "params", "val ppl",
+    "test ppl", "key"}``; ``loss scaling`` is ``"none"``, ``"eq. 7 (factor has a gradient)"`` or
+    ``"detached factor"``."""
     rows = []
+    names = {(False, False): "none", (True, False): "eq. 7 (factor has a gradient)",
+             (True, True): "detached factor"}
+    order = list(names.values())
     for rec in _records(stored):
         m = rec["model"]
         if m["temperature"] != "sigmoid" or m["mixtures"] != 1 or m["head"] != "va":
             continue
-        rows.append({"model": m["label"], "loss scaling": m["loss_scaling"],
+        mode = names[(bool(m["loss_scaling"]), bool(m.get("detach_loss_scale", False)))]
+        rows.append({"model": m["label"], "loss scaling": mode,
                      "params": rec["metrics"]["num_parameters"], "val ppl": rec["metrics"]["val_ppl"],
                      "test ppl": rec["metrics"]["test_ppl"], "key": rec["key"]})
-    return sorted(rows, key=lambda r: r["loss scaling"])
+    return sorted(rows, key=lambda r: order.index(r["loss scaling"]))
 
 
 def _curve_sources(stored, baselines) -> list[tuple[str, dict]]:

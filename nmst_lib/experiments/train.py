@@ -242,7 +242,7 @@ def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM | 
         head = contextual_head(head, config.hidden, vocab_size, normalisation=config.temperature,
                                a=config.temperature_a, b=config.temperature_b, lam=config.temperature_lambda,
                                rank=config.temperature_rank, mixtures=config.mixtures,
-                               loss_scaling=config.loss_scaling)
+                               loss_scaling=config.loss_scaling, detach_loss_scale=config.detach_loss_scale)
     if config.arch != "gpt2":
         return build_model(config.arch, vocab_size, hidden=config.hidden, layers=config.layers,
                            dropout=config.dropout, head=head)
