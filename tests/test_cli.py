@@ -22,7 +22,8 @@ def _env(**changes):
     env = {k: v for k, v in os.environ.items() if k not in (D.DATA_DIR_ENV, D.WIKITEXT_DIR_ENV)}
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1", **changes)
     return env
-COMMANDS = ("train", "decode", "run", "run-suite", "report")
+COMMANDS = ("train", "decode", "run", "run-suite", "report", "sparse", "gpt2", "temperature")
+SUITE_COMMANDS = ("sparse", "gpt2", "temperature")  # Chapters 8, 7 and 9: a chapter's whole suite
 
 
 def test_module_help_runs_as_a_subprocess_and_lists_every_command():
@@ -47,6 +48,11 @@ def test_every_command_explains_its_options(command, capsys):
             assert option in text
     if command == "train":
         assert "--resume" in text and "--checkpoint-every" in text
+    if command in SUITE_COMMANDS:
+        for option in ("--only", "--force", "--dry-run", "--threads", "--data-dir"):
+            assert option in text
+    if command == "gpt2":
+        assert "--nproc" in text
 
 
 def test_cli_choices_match_the_library():
