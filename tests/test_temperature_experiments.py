@@ -466,15 +466,16 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature():
         "cpu-lstm-va-ct-sig-a1-b0.5-nols-seed0", "cpu-lstm-va-ct-sig-a1-b0.5-seed0",
         "cpu-lstm-va-ct-pow-l4-lsdet-seed0", "cpu-lstm-va-ct-shift-l3-lsdet-seed0",
         "cpu-lstm-va-ct-smax-a1-b0.5-lsdet-seed0", "cpu-lstm-va-mos3-seed0",
-        "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0"]
+        "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed0"]
     # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
-    assert [c.model.detach_loss_scale for c in configs] == [True, True, False, False, True, True, True, False, True]
+    assert [c.model.detach_loss_scale for c in configs] == [True, True, False, False, True, True, True, False, True,
+                                                            True]
     ch6 = make_config("cpu", "lstm", "va").to_dict()
     for c in configs:
         d = c.model.to_dict()
         for k in set(ch6) - {"decoders", "head", "eps"}:
             assert d[k] == ch6[k], (c.key, k)
-        featured = (configs[0].key, configs[1].key, configs[3].key)
+        featured = (configs[0].key, configs[1].key, configs[3].key, configs[9].key)
         assert c.model.decoders == (T.CT_DECODERS if c.key in featured else ("greedy",))
     assert [c.key for c in T.baseline_configs("cpu")] == [
         "cpu-lstm-va-seed0", "cpu-lstm-va-seed1", "cpu-lstm-va-seed2",
@@ -510,7 +511,7 @@ def quick_suite(tmp_path_factory):
 def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
     out, ckpt, argv = quick_suite
     stored = T.load_temperature_results("quick", out)
-    assert [s.status for s in stored] == [CURRENT] * 9
+    assert [s.status for s in stored] == [CURRENT] * 10
     for s, c in zip(stored, T.temperature_suite_configs("quick")):
         d = s.data
         assert s.path == out / "temperature" / f"{c.key}.json"
@@ -524,7 +525,7 @@ def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
         assert list(d["decoding"]) == list(c.model.decoders)
         assert d["metrics"]["val_ppl"] > 1 and d["model"]["training_hash"] == training_hash(c.model)
     assert cli.main(argv) == 0  # everything current: skipped
-    assert capsys.readouterr().out.count("current, skipped") == 9
+    assert capsys.readouterr().out.count("current, skipped") == 10
 
 
 def test_quick_results_hold_what_the_chapter_draws(quick_suite):
@@ -621,15 +622,16 @@ def test_table_builders_on_synthetic_results():
     base = [_fake_baseline(c, v, v - 10, {"greedy": _dec(0.8), "beam-2": _dec(0.0)})
             for c, v in zip(T.baseline_configs("cpu"), (150.0, 152.0, 154.0, 160.0, 161.0, 162.0))]
     rows = T.temperature_table_rows(recs + [stale], base)
-    assert len(rows) == 2 + 9
+    assert len(rows) == 2 + 10
     va = rows[0]
     assert va["model"].startswith("VA+LSTM") and va["seeds"] == 3 and va["val ppl"] == pytest.approx(152.0)
     assert va["val ppl sd"] == pytest.approx(2.0) and va["test ppl"] == pytest.approx(142.0)
     assert rows[1]["model"].startswith("NMST+LSTM (eps=5e-04)") and rows[1]["val ppl"] == pytest.approx(161.0)
     assert [r["key"] for r in rows[2:]] == [c.key for c in cs]
     norm = T.normalisation_table_rows(recs)
-    assert [r["normalisation"] for r in norm] == ["sigmoid", "power-tanh", "shifted-tanh", "softmax"]
+    assert [r["normalisation"] for r in norm] == ["sigmoid", "power-tanh", "shifted-tanh", "softmax", "sigmoid"]
     assert norm[1]["hyper-parameter"] == "lambda=4" and norm[0]["hyper-parameter"] == "a=1, b=0.5"
+    assert norm[4]["hyper-parameter"] == "a=0.5, b=1"
     ls = T.loss_scaling_table_rows(recs)
     assert [r["loss scaling"] for r in ls] == ["none", "eq. 7 (factor has a gradient)", "detached factor"]
     assert [r["val ppl"] for r in ls] == [102.0, 103.0, 100.0]

@@ -20,9 +20,12 @@ vocabulary 5,000 + ``<unk>``, 4 epochs, lr 2e-3, plus the temperature fields), i
 7. CT-VA softmax normalisation, LS (the paper's literal text for eq. 5: the temperatures sum to a
    constant);
 8. MoS, M = 3 (eq. 3; no temperature);
-9. CT-MoS, M = 3, sigmoid, LS (eq. 6).
+9. CT-MoS, M = 3, sigmoid, LS (eq. 6);
+10. CT-VA sigmoid with (a, b) = (1/2, 1), LS: range [1/2, 3/2], starting from T = 1 where the paper's
+    [2, 4] starts from T = 3 (our diagnostic: a temperature of at least 2 needs logits, and output
+    biases, at least twice as large as a plain softmax's, which Adam grows by about lr per step).
 
-Models 1, 2 and 4 decode with greedy, top-2, top-4, nucleus-0.2 and nucleus-0.4, the others greedy only, on the
+Models 1, 2, 4 and 10 decode with greedy, top-2, top-4, nucleus-0.2 and nucleus-0.4, the others greedy only, on the
 SAME validation contexts as Chapter 6 (128 for greedy, the first 64 for the others, L = 1e4 at cpu), by
 Chapter 6's own code (:func:`nmst_lib.experiments.runs.evaluate_trained`), so r_nt(L) compares directly with
 Chapter 6's committed VA and NMST LSTMs (:func:`baseline_configs`, :func:`load_baselines`).
@@ -263,7 +266,8 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
     docstring): CT-VA sigmoid + LS; CT-NMST (eps = the profile's featured eps) sigmoid + LS; CT-VA
     sigmoid without LS; CT-VA sigmoid with the literal eq. 7 LS; CT-VA power-tanh lambda 4 + LS; CT-VA
     shifted-tanh lambda 3 + LS; CT-VA softmax + LS; MoS M = 3; CT-MoS M = 3 sigmoid + LS (Contextual
-    Temperature (2020) eq. 5-7, Tables 3-4). "LS" is the loss scaling of Sec. 3.3 with its factor
+    Temperature (2020) eq. 5-7, Tables 3-4); CT-VA sigmoid with (a, b) = (1/2, 1) + LS (range
+    [1/2, 3/2], starting from T = 1). "LS" is the loss scaling of Sec. 3.3 with its factor
     detached (``detach_loss_scale``: a constant weight per position, the gradient the paper's own softmax
     normalisation gives, whose mean temperature is constant); the literal eq. 7, whose factor gradient
     pushes every sigmoid temperature to its floor a/b, is the fourth model, for Table 4.
@@ -287,6 +291,9 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
         ("va", None, dict(temperature="softmax", **ls), False),
         ("va", None, dict(mixtures=3), False),
         ("va", None, dict(sig, mixtures=3, **ls), False),
+        # the sigmoid with (a, b) = (1/2, 1): range [1/2, 3/2], starting from T = 1 instead of 3 (a diagnostic:
+        # the paper's [2, 4] needs logits 2-4 times larger than a plain softmax's, which takes epochs to learn)
+        ("va", None, dict(sig, temperature_a=0.5, temperature_b=1.0, **ls), True),
     ]
     out = []
     for head, e, fields_, featured in models:
@@ -941,8 +948,8 @@ def normalisation_table_rows(stored) -> list[dict]:
 
 def loss_scaling_table_rows(stored) -> list[dict]:
     """Contextual Temperature (2020) Table 4 analogue (Chapter 9, 09_temperature): the sigmoid CT-VA
-    models (no mixture) without loss scaling, with the literal eq. 7 (the factor has a gradient) and
-    with the factor detached, in that order, ``{"model", "loss scaling", "params", "val ppl",
+    models with the paper's (a, b) = (1, 1/2) (no mixture) without loss scaling, with the literal
+    eq. 7 (the factor has a gradient) and with the factor detached, in that order, ``{"model", "loss scaling", "params", "val ppl",
     "test ppl", "key"}``; ``loss scaling`` is ``"none"``, ``"eq. 7 (factor has a gradient)"`` or
     ``"detached factor"``."""
     rows = []
@@ -951,7 +958,8 @@ def loss_scaling_table_rows(stored) -> list[dict]:
     order = list(names.values())
     for rec in _records(stored):
         m = rec["model"]
-        if m["temperature"] != "sigmoid" or m["mixtures"] != 1 or m["head"] != "va":
+        if (m["temperature"] != "sigmoid" or m["mixtures"] != 1 or m["head"] != "va"
+                or (m.get("a"), m.get("b")) != (1.0, 0.5)):
             continue
         mode = names[(bool(m["loss_scaling"]), bool(m.get("detach_loss_scale", False)))]
         rows.append({"model": m["label"], "loss scaling": mode,
