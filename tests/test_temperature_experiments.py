@@ -466,14 +466,15 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature():
         "cpu-lstm-va-ct-sig-a1-b0.5-nols-seed0", "cpu-lstm-va-ct-sig-a1-b0.5-seed0",
         "cpu-lstm-va-ct-pow-l4-lsdet-seed0", "cpu-lstm-va-ct-shift-l3-lsdet-seed0",
         "cpu-lstm-va-ct-smax-a1-b0.5-lsdet-seed0", "cpu-lstm-va-mos3-seed0",
-        "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed0"]
+        "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed0",
+        "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed1", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed2"]
     # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
     assert [c.model.detach_loss_scale for c in configs] == [True, True, False, False, True, True, True, False, True,
-                                                            True]
+                                                            True, True, True]
     ch6 = make_config("cpu", "lstm", "va").to_dict()
     for c in configs:
         d = c.model.to_dict()
-        for k in set(ch6) - {"decoders", "head", "eps"}:
+        for k in set(ch6) - {"decoders", "head", "eps", "seed"}:
             assert d[k] == ch6[k], (c.key, k)
         featured = (configs[0].key, configs[1].key, configs[3].key, configs[9].key)
         assert c.model.decoders == (T.CT_DECODERS if c.key in featured else ("greedy",))
@@ -622,12 +623,15 @@ def test_table_builders_on_synthetic_results():
     base = [_fake_baseline(c, v, v - 10, {"greedy": _dec(0.8), "beam-2": _dec(0.0)})
             for c, v in zip(T.baseline_configs("cpu"), (150.0, 152.0, 154.0, 160.0, 161.0, 162.0))]
     rows = T.temperature_table_rows(recs + [stale], base)
-    assert len(rows) == 2 + 10
+    assert len(rows) == 2 + 10  # the centred model's three seeds make one row
     va = rows[0]
     assert va["model"].startswith("VA+LSTM") and va["seeds"] == 3 and va["val ppl"] == pytest.approx(152.0)
     assert va["val ppl sd"] == pytest.approx(2.0) and va["test ppl"] == pytest.approx(142.0)
     assert rows[1]["model"].startswith("NMST+LSTM (eps=5e-04)") and rows[1]["val ppl"] == pytest.approx(161.0)
-    assert [r["key"] for r in rows[2:]] == [c.key for c in cs]
+    assert [r["key"] for r in rows[2:]] == [c.key for c in cs[:9]] + [",".join(c.key for c in cs[9:])]
+    centred = rows[-1]  # seeds 0-2 of the (a, b) = (1/2, 1) model: val ppl 109, 110, 111
+    assert centred["seeds"] == 3 and centred["val ppl"] == pytest.approx(110.0)
+    assert centred["val ppl sd"] == pytest.approx(1.0) and rows[2]["seeds"] == 1
     norm = T.normalisation_table_rows(recs)
     assert [r["normalisation"] for r in norm] == ["sigmoid", "power-tanh", "shifted-tanh", "softmax", "sigmoid"]
     assert norm[1]["hyper-parameter"] == "lambda=4" and norm[0]["hyper-parameter"] == "a=1, b=0.5"
@@ -638,6 +642,8 @@ def test_table_builders_on_synthetic_results():
     rnt = T.temperature_rnt_rows(recs, base)
     assert {r["decoder"] for r in rnt} == {"greedy", "top-2"}  # the baselines' beam-2 is left out
     assert sum(r["model"].startswith("VA+LSTM, seed") for r in rnt) == 3
+    assert sum(r["model"].endswith(", seed 1") or r["model"].endswith(", seed 2") for r in rnt) == 2  # greedy each
+    assert [c.model.seed for c in cs] == [0] * 10 + [1, 2]
     assert [r["r_nt(L)"] for r in rnt if r["key"] == cs[0].key] == [0.5, 0.1]
     curves = T.temperature_rnt_curves(recs, base)
     assert len(curves) == len(rnt) and curves[0]["rnt"] == [1.0, 0.8]

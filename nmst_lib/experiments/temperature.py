@@ -23,7 +23,8 @@ vocabulary 5,000 + ``<unk>``, 4 epochs, lr 2e-3, plus the temperature fields), i
 9. CT-MoS, M = 3, sigmoid, LS (eq. 6);
 10. CT-VA sigmoid with (a, b) = (1/2, 1), LS: range [1/2, 3/2], starting from T = 1 where the paper's
     [2, 4] starts from T = 3 (our diagnostic: a temperature of at least 2 needs logits, and output
-    biases, at least twice as large as a plain softmax's, which Adam grows by about lr per step).
+    biases, at least twice as large as a plain softmax's, which Adam grows by about lr per step);
+    at ``cpu`` also seeds 1 and 2 (greedy only, :data:`CENTRED_EXTRA_SEEDS`), for a seed spread.
 
 Models 1, 2, 4 and 10 decode with greedy, top-2, top-4, nucleus-0.2 and nucleus-0.4, the others greedy only, on the
 SAME validation contexts as Chapter 6 (128 for greedy, the first 64 for the others, L = 1e4 at cpu), by
@@ -92,6 +93,7 @@ __all__ = [
     "TEMPERATURE_RESULT_SCHEMA",
     "TEMPERATURE_EVALUATION_DEFAULTS",
     "CT_DECODERS",
+    "CENTRED_EXTRA_SEEDS",
     "TemperatureConfig",
     "temperature_config_hash",
     "temperature_config_from_dict",
@@ -124,6 +126,10 @@ TEMPERATURE_RESULT_SCHEMA = "nmst_lib.temperature_result/1"
 _TEMPERATURE_SCHEMA_VERSION = 1
 """Bump when the evaluation code changes what a Chapter 9 result's numbers mean (every stored
 temperature result then becomes STALE)."""
+
+CENTRED_EXTRA_SEEDS = {"quick": (), "cpu": (1, 2), "paper": (1, 2)}
+"""Seeds besides 0 of the suite's CT-VA with (a, b) = (1/2, 1) (Chapter 9, 09_temperature): its
+perplexity is compared with the spread of Chapter 6's three VA LSTM seeds."""
 
 CT_DECODERS = ("greedy", "top-2", "top-4", "nucleus-0.2", "nucleus-0.4")
 """Decoders of the CT-VA and CT-NMST models (Chapter 9, 09_temperature): greedy and the incomplete
@@ -300,6 +306,9 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
         decoders = _SUITE_DECODERS[profile] if featured else ("greedy",)
         model = make_config(profile, "lstm", head, e, 0, decoders=decoders, **fields_)
         out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
+    # more seeds of the last model (greedy only), against the seed spread of Chapter 6's three VA LSTMs
+    for seed in CENTRED_EXTRA_SEEDS[profile]:
+        out.append(out[-1].replace(model=out[-1].model.replace(seed=seed, decoders=("greedy",))))
     return out
 
 
@@ -920,8 +929,27 @@ def temperature_table_rows(stored, baselines=()) -> list[dict]:
     ``{"model", "key", "params", "val ppl", "test ppl", "seeds"}``, Chapter 6's plain VA and NMST LSTMs
     first (``baselines``: :func:`load_baselines`; mean over their seeds, with ``"val ppl sd"`` and
     ``"test ppl sd"``, the sample standard deviations), then every CT / MoS model of ``stored``
-    (:func:`load_temperature_results`; one seed). Non-current results are skipped."""
-    return _baseline_rows(baselines) + [_ct_row(r) for r in _records(stored)]
+    (:func:`load_temperature_results`), its seeds averaged the same way (most have one seed; sd None).
+    Non-current results are skipped."""
+    groups: dict[str, list[dict]] = {}
+    for rec in _records(stored):
+        groups.setdefault(rec["model"]["label"], []).append(rec)
+    rows = []
+    for recs in groups.values():
+        row = _ct_row(recs[0])
+        if len(recs) > 1:
+            val = [r["metrics"]["val_ppl"] for r in recs]
+            test = [r["metrics"]["test_ppl"] for r in recs]
+            row.update({"key": ",".join(r["key"] for r in recs), "val ppl": statistics.fmean(val),
+                        "test ppl": statistics.fmean(test), "seeds": len(recs), "val ppl sd": _spread(val),
+                        "test ppl sd": _spread(test)})
+        rows.append(row)
+    return _baseline_rows(baselines) + rows
+
+
+def _seed(rec: dict) -> int:
+    """The training seed of a stored CT result (its config's model seed)."""
+    return int(rec.get("config", {}).get("model", {}).get("seed", 0))
 
 
 def _hyper(m: dict) -> str:
@@ -939,6 +967,8 @@ def normalisation_table_rows(stored) -> list[dict]:
         m = rec["model"]
         if (m["temperature"] is None or m["mixtures"] != 1 or m["head"] != "va" or not m["loss_scaling"]
                 or not m.get("detach_loss_scale", False)):
+            continue
+        if _seed(rec) != 0:  # one run per normalisation, as in the paper's table
             continue
         rows.append({"normalisation": m["temperature"], "hyper-parameter": _hyper(m), "range": m["range"],
                      "params": rec["metrics"]["num_parameters"], "val ppl": rec["metrics"]["val_ppl"],
@@ -974,7 +1004,8 @@ def _curve_sources(stored, baselines) -> list[tuple[str, dict]]:
         cfg = config_from_dict(rec["config"])
         out.append((f"{cfg.label}, seed {cfg.seed} (Chapter 6)", rec))
     for rec in _records(stored):
-        out.append((rec["model"]["label"], rec))
+        seed = _seed(rec)
+        out.append((rec["model"]["label"] + (f", seed {seed}" if seed else ""), rec))
     return out
 
 
