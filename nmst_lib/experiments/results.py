@@ -61,6 +61,8 @@ __all__ = [
     "TEMPERATURE_FOLDER",
     "result_folder",
     "result_path",
+    "read_chapter_result",
+    "load_first_current",
     "atomic_write_bytes",
     "write_json_atomic",
     "save_result",
@@ -317,6 +319,49 @@ def _read_result(config: ExperimentConfig, path: Path) -> StoredResult:
         why = "; ".join(diff) if diff else "same fields, different config schema version"
         return StoredResult(STALE, path, data, f"STALE: config hash {stored_hash} != current {want} ({why})", source)
     return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
+
+
+def read_chapter_result(path: Path, schema: str, want: str, current: dict) -> StoredResult:
+    """Read the result file ``path`` of a chapter whose configs have a ``model`` and an
+    ``evaluation`` part (Chapter 8's :class:`~nmst_lib.experiments.sparse.SparseConfig`, Chapter
+    9's ``TemperatureConfig``): STALE when its ``schema`` is not ``schema`` or its ``config_hash``
+    is not ``want`` (saying which fields of ``current``, the config's ``to_dict()``, differ),
+    else CURRENT. An unreadable file raises ValueError saying to delete it and re-run."""
+    source = _source_of(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"result file {path} is unreadable ({err}); delete it and re-run the experiment") from err
+    if not isinstance(data, dict):
+        raise ValueError(f"result file {path} holds a JSON {type(data).__name__}, not a result object")
+    if data.get("schema") != schema:
+        return StoredResult(STALE, path, data, f"STALE: schema {data.get('schema')!r}, code expects {schema!r}",
+                            source)
+    if data.get("config_hash") != want:
+        stored = data.get("config", {})
+        diff = []
+        for part in ("model", "evaluation"):
+            s, c = stored.get(part, {}), current[part]
+            diff += [f"{part}.{k}: stored {s.get(k, '<absent>')!r} != current {c.get(k, '<absent>')!r}"
+                     for k in sorted(set(s) | set(c)) if s.get(k, "<absent>") != c.get(k, "<absent>")]
+        why = "; ".join(diff) if diff else "same fields, different schema version"
+        return StoredResult(STALE, path, data, f"STALE: config hash {data.get('config_hash')} != current {want} "
+                            f"({why})", source)
+    return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
+
+
+def load_first_current(candidates: list[Path], read, missing_hint: str) -> StoredResult:
+    """The first CURRENT result among the existing files of ``candidates`` (read with ``read(path)``),
+    else the first one found (STALE), else MISSING with a message that names the paths looked at and
+    ``missing_hint`` (how to produce the result). Chapters 8 and 9's stores."""
+    found = [read(p) for p in candidates if p.is_file()]
+    for stored in found:
+        if stored.status == CURRENT:
+            return stored
+    if found:
+        return found[0]
+    looked = " nor ".join(str(p) for p in candidates)
+    return StoredResult(MISSING, candidates[0], None, f"no result at {looked}; {missing_hint}")
 
 
 def candidate_paths(path_of, config, results_dir=None) -> list[Path]:

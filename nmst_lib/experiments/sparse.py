@@ -75,15 +75,14 @@ from .config import (
 )
 from .results import (
     CURRENT,
-    MISSING,
-    STALE,
     StoredResult,
-    _source_of,
     candidate_paths,
     code_version,
     command_line,
     default_results_dir,
     environment_info,
+    load_first_current,
+    read_chapter_result,
     utc_now,
     write_json_atomic,
 )
@@ -338,28 +337,7 @@ def sparse_result_path(config: SparseConfig, results_dir=None) -> Path:
 
 
 def _read_sparse(config: SparseConfig, path: Path) -> StoredResult:
-    source = _source_of(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"result file {path} is unreadable ({err}); delete it and re-run the experiment") from err
-    if not isinstance(data, dict):
-        raise ValueError(f"result file {path} holds a JSON {type(data).__name__}, not a result object")
-    if data.get("schema") != SPARSE_RESULT_SCHEMA:
-        return StoredResult(STALE, path, data, f"STALE: schema {data.get('schema')!r}, code expects "
-                            f"{SPARSE_RESULT_SCHEMA!r}", source)
-    want = sparse_config_hash(config)
-    if data.get("config_hash") != want:
-        stored, current = data.get("config", {}), config.to_dict()
-        diff = []
-        for part in ("model", "evaluation"):
-            s, c = stored.get(part, {}), current[part]
-            diff += [f"{part}.{k}: stored {s.get(k, '<absent>')!r} != current {c.get(k, '<absent>')!r}"
-                     for k in sorted(set(s) | set(c)) if s.get(k, "<absent>") != c.get(k, "<absent>")]
-        why = "; ".join(diff) if diff else "same fields, different schema version"
-        return StoredResult(STALE, path, data, f"STALE: config hash {data.get('config_hash')} != current {want} "
-                            f"({why})", source)
-    return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
+    return read_chapter_result(path, SPARSE_RESULT_SCHEMA, sparse_config_hash(config), config.to_dict())
 
 
 def load_sparse_result(config: SparseConfig, results_dir=None) -> StoredResult:
@@ -367,17 +345,9 @@ def load_sparse_result(config: SparseConfig, results_dir=None) -> StoredResult:
     :func:`nmst_lib.experiments.results.load_result` for Chapter 6: with ``results_dir`` only
     that folder; without it the write folder first, then the results published with the library
     (``nmst_lib/published_results/sparse``). Chapter 8 (08_sparse)."""
-    candidates = candidate_paths(sparse_result_path, config, results_dir)
-    write_path = candidates[0]
-    found = [_read_sparse(config, p) for p in candidates if p.is_file()]
-    for stored in found:
-        if stored.status == CURRENT:
-            return stored
-    if found:
-        return found[0]
-    looked = " nor ".join(str(p) for p in candidates)
-    return StoredResult(MISSING, write_path, None, f"no result at {looked}; run it (load_or_run_sparse or "
-                        "`python -m nmst_lib sparse`)")
+    return load_first_current(candidate_paths(sparse_result_path, config, results_dir),
+                              lambda p: _read_sparse(config, p),
+                              "run it (load_or_run_sparse or `python -m nmst_lib sparse`)")
 
 
 def sparse_results_status(config: SparseConfig, results_dir=None) -> str:

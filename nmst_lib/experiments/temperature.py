@@ -76,15 +76,14 @@ from .config import (
 )
 from .results import (
     CURRENT,
-    MISSING,
-    STALE,
     TEMPERATURE_FOLDER,
     StoredResult,
-    _source_of,
     candidate_paths,
     command_line,
     default_results_dir,
+    load_first_current,
     load_result,
+    read_chapter_result,
     write_json_atomic,
 )
 from .train import TrainedRun, default_device, prepare_data, train
@@ -646,28 +645,7 @@ def temperature_result_path(config: TemperatureConfig, results_dir=None) -> Path
 
 
 def _read_temperature(config: TemperatureConfig, path: Path) -> StoredResult:
-    source = _source_of(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"result file {path} is unreadable ({err}); delete it and re-run the experiment") from err
-    if not isinstance(data, dict):
-        raise ValueError(f"result file {path} holds a JSON {type(data).__name__}, not a result object")
-    if data.get("schema") != TEMPERATURE_RESULT_SCHEMA:
-        return StoredResult(STALE, path, data, f"STALE: schema {data.get('schema')!r}, code expects "
-                            f"{TEMPERATURE_RESULT_SCHEMA!r}", source)
-    want = temperature_config_hash(config)
-    if data.get("config_hash") != want:
-        stored, current = data.get("config", {}), config.to_dict()
-        diff = []
-        for part in ("model", "evaluation"):
-            s, c = stored.get(part, {}), current[part]
-            diff += [f"{part}.{k}: stored {s.get(k, '<absent>')!r} != current {c.get(k, '<absent>')!r}"
-                     for k in sorted(set(s) | set(c)) if s.get(k, "<absent>") != c.get(k, "<absent>")]
-        why = "; ".join(diff) if diff else "same fields, different schema version"
-        return StoredResult(STALE, path, data, f"STALE: config hash {data.get('config_hash')} != current {want} "
-                            f"({why})", source)
-    return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
+    return read_chapter_result(path, TEMPERATURE_RESULT_SCHEMA, temperature_config_hash(config), config.to_dict())
 
 
 def load_temperature_result(config: TemperatureConfig, results_dir=None) -> StoredResult:
@@ -675,16 +653,9 @@ def load_temperature_result(config: TemperatureConfig, results_dir=None) -> Stor
     :func:`nmst_lib.experiments.results.load_result`: with ``results_dir`` only that folder; without it
     the write folder first, then the results published with the library
     (``nmst_lib/published_results/temperature``). Chapter 9 (09_temperature)."""
-    candidates = candidate_paths(temperature_result_path, config, results_dir)
-    found = [_read_temperature(config, p) for p in candidates if p.is_file()]
-    for stored in found:
-        if stored.status == CURRENT:
-            return stored
-    if found:
-        return found[0]
-    looked = " nor ".join(str(p) for p in candidates)
-    return StoredResult(MISSING, candidates[0], None, f"no result at {looked}; run it (run_temperature or "
-                        "`python -m nmst_lib temperature`)")
+    return load_first_current(candidate_paths(temperature_result_path, config, results_dir),
+                              lambda p: _read_temperature(config, p),
+                              "run it (run_temperature or `python -m nmst_lib temperature`)")
 
 
 def load_temperature_results(profile: str = "cpu", results_dir=None) -> list[StoredResult]:
