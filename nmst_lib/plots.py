@@ -560,7 +560,9 @@ def explorer_html(
         "labels": [list(c.shown) for c in controls],
         "frames": frames,
     }
-    payload = json.dumps(data).replace("</", "<\\/")
+    # <, > and & as JSON escapes: the page source then holds no raw "<unk>", "<eos>" or "</script>"
+    # (JSON.parse gives the same strings back, and the script sets them with textContent).
+    payload = json.dumps(data).replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
     alt_text = html.escape(alt or "figure; move the controls above it to change it")
     caption_html = f'<div style="font-size: 0.9em; color: #444;">{html.escape(caption)}</div>' if caption else ""
     body = (
@@ -898,6 +900,21 @@ def history_plot(
     return fig
 
 
+def _lengths_and_flags(label, value) -> tuple[np.ndarray, np.ndarray]:
+    """One entry of a ``lengths`` mapping (lengths, or (lengths, terminated flags)) as float lengths
+    and boolean flags (all True when no flags are given), checked: 1-D, non-empty, lengths >= 1."""
+    if isinstance(value, tuple) and len(value) == 2:
+        ls, done = np.asarray(value[0], dtype=np.float64), np.asarray(value[1], dtype=bool)
+    else:
+        ls = np.asarray(value, dtype=np.float64)
+        done = np.ones(ls.shape, dtype=bool)
+    if ls.ndim != 1 or ls.size == 0 or done.shape != ls.shape:
+        raise ValueError(f"lengths {label!r}: a non-empty 1-D array (and as many terminated flags)")
+    if np.any(ls[done] < 1):
+        raise ValueError(f"lengths {label!r}: lengths count tokens and must be >= 1")
+    return ls, done
+
+
 def length_cdf_plot(
     lengths: Mapping[str, object],
     *,
@@ -927,15 +944,7 @@ def length_cdf_plot(
     fig, ax = _figure_and_axes(ax)
     right = 1.0
     for i, (label, value) in enumerate(lengths.items()):
-        if isinstance(value, tuple) and len(value) == 2:
-            ls, done = np.asarray(value[0], dtype=np.float64), np.asarray(value[1], dtype=bool)
-        else:
-            ls = np.asarray(value, dtype=np.float64)
-            done = np.ones(ls.shape, dtype=bool)
-        if ls.ndim != 1 or ls.size == 0 or done.shape != ls.shape:
-            raise ValueError(f"lengths {label!r}: a non-empty 1-D array (and as many terminated flags)")
-        if np.any(ls[done] < 1):
-            raise ValueError(f"lengths {label!r}: lengths count tokens and must be >= 1")
+        ls, done = _lengths_and_flags(label, value)
         finished = np.sort(ls[done])
         right = max(right, float(ls.max()))
         if finished.size == 0:
@@ -1654,15 +1663,7 @@ def length_histogram_plot(
     width = edges[1] - edges[0]
     extra = (max_len + 0.5 + 0.4 * width, max_len + 0.5 + 1.4 * width)  # the "unfinished" bar
     for i, (label, value) in enumerate(lengths.items()):
-        if isinstance(value, tuple) and len(value) == 2:
-            ls, done = np.asarray(value[0], dtype=np.float64), np.asarray(value[1], dtype=bool)
-        else:
-            ls = np.asarray(value, dtype=np.float64)
-            done = np.ones(ls.shape, dtype=bool)
-        if ls.ndim != 1 or ls.size == 0 or done.shape != ls.shape:
-            raise ValueError(f"lengths {label!r}: a non-empty 1-D array (and as many terminated flags)")
-        if np.any(ls[done] < 1):
-            raise ValueError(f"lengths {label!r}: lengths count tokens and must be >= 1")
+        ls, done = _lengths_and_flags(label, value)
         counts, _ = np.histogram(ls[done & (ls <= max_len)], bins=edges)
         fractions = counts / ls.size
         unfinished = float(np.mean(~done | (ls > max_len)))  # not finished within L (a data line: longer than L)

@@ -187,6 +187,24 @@ def test_explorer_html_frame_order_matches_the_controls():
     assert f'src="{data["frames"][1]}"' in text  # initial: a = 1, b = "y"
 
 
+def test_explorer_html_keeps_model_tokens_out_of_the_page_source_and_gives_them_back_intact():
+    """Labels such as <unk>, <eos> or </script> reach the page only as JSON escapes (a raw <unk> in the
+    source would be read as a tag) and as escaped <option> text; the data block decodes to the original."""
+    shown = ("<unk> & co", "</script><eos>")
+
+    def draw(token):
+        fig, ax = plt.subplots(figsize=(1, 1))
+        ax.plot([0, 1], [0, len(token)])
+        return fig
+
+    html_object = plots.explorer_html(draw, [plots.Control("token", shown, kind="dropdown")], dpi=20)
+    data, text = explorer_payload(html_object)
+    assert data["labels"] == [list(shown)]
+    for raw in ("<unk>", "<eos>", "</script><eos>"):
+        assert raw not in text
+    assert "&lt;unk&gt; &amp; co" in text
+
+
 def test_explorer_html_rejects_bad_controls():
     with pytest.raises(TypeError):
         plots.explorer_html(lambda: None, [])
