@@ -62,6 +62,7 @@ __all__ = [
     "result_folder",
     "result_path",
     "read_chapter_result",
+    "write_chapter_result",
     "load_first_current",
     "atomic_write_bytes",
     "write_json_atomic",
@@ -348,6 +349,17 @@ def read_chapter_result(path: Path, schema: str, want: str, current: dict) -> St
         return StoredResult(STALE, path, data, f"STALE: config hash {data.get('config_hash')} != current {want} "
                             f"({why})", source)
     return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
+
+
+def write_chapter_result(result: dict, path: Path, *, schema: str, key: str, config_hash: str, config: dict,
+                         profile: str) -> Path:
+    """Write ``result`` atomically to ``path``, stamped first with ``schema``, ``key``, ``config_hash``,
+    ``config`` (the config's ``to_dict()``) and ``profile`` (keys of ``result`` with those names are not
+    copied): the writer that matches :func:`read_chapter_result` (Chapters 8 and 9's stores)."""
+    stamped = {"schema": schema, "key": key, "config_hash": config_hash, "config": config, "profile": profile}
+    stamped.update({k: v for k, v in result.items() if k not in stamped})
+    write_json_atomic(path, stamped)
+    return path
 
 
 def load_first_current(candidates: list[Path], read, missing_hint: str) -> StoredResult:

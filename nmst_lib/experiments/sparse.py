@@ -83,6 +83,7 @@ from .results import (
     environment_info,
     load_first_current,
     read_chapter_result,
+    write_chapter_result,
     utc_now,
     write_json_atomic,
 )
@@ -657,12 +658,8 @@ def evaluate_sparse(run: TrainedRun, config: SparseConfig, *, results_dir=None, 
 
 
 def _save_sparse(result: dict, config: SparseConfig, results_dir=None) -> Path:
-    stamped = {"schema": SPARSE_RESULT_SCHEMA, "key": config.key, "config_hash": sparse_config_hash(config),
-               "config": config.to_dict(), "profile": config.model.profile}
-    stamped.update({k: v for k, v in result.items() if k not in stamped})
-    path = sparse_result_path(config, results_dir)
-    write_json_atomic(path, stamped)
-    return path
+    return write_chapter_result(result, sparse_result_path(config, results_dir), schema=SPARSE_RESULT_SCHEMA, key=config.key,
+                                config_hash=sparse_config_hash(config), config=config.to_dict(), profile=config.model.profile)
 
 
 def run_sparse(config: SparseConfig, *, results_dir=None, checkpoint_dir=None, resume: bool = True, device=None,

@@ -84,7 +84,7 @@ from .results import (
     load_first_current,
     load_result,
     read_chapter_result,
-    write_json_atomic,
+    write_chapter_result,
 )
 from .train import TrainedRun, default_device, prepare_data, train
 
@@ -773,12 +773,10 @@ def evaluate_temperature(run: TrainedRun, config: TemperatureConfig, *, tracking
 
 
 def _save_temperature(result: dict, config: TemperatureConfig, results_dir=None) -> Path:
-    stamped = {"schema": TEMPERATURE_RESULT_SCHEMA, "key": config.key, "config_hash": temperature_config_hash(config),
-               "config": config.to_dict(), "profile": config.model.profile}
-    stamped.update({k: v for k, v in result.items() if k not in stamped})
-    path = temperature_result_path(config, results_dir)
-    write_json_atomic(path, stamped)
-    return path
+    return write_chapter_result(result, temperature_result_path(config, results_dir),
+                                schema=TEMPERATURE_RESULT_SCHEMA, key=config.key,
+                                config_hash=temperature_config_hash(config), config=config.to_dict(),
+                                profile=config.model.profile)
 
 
 def run_temperature(config: TemperatureConfig, *, results_dir=None, checkpoint_dir=None, resume: bool = True,
