@@ -658,8 +658,9 @@ def evaluate_sparse(run: TrainedRun, config: SparseConfig, *, results_dir=None, 
 
 
 def _save_sparse(result: dict, config: SparseConfig, results_dir=None) -> Path:
-    return write_chapter_result(result, sparse_result_path(config, results_dir), schema=SPARSE_RESULT_SCHEMA, key=config.key,
-                                config_hash=sparse_config_hash(config), config=config.to_dict(), profile=config.model.profile)
+    return write_chapter_result(result, sparse_result_path(config, results_dir), schema=SPARSE_RESULT_SCHEMA,
+                                key=config.key, config_hash=sparse_config_hash(config), config=config.to_dict(),
+                                profile=config.model.profile)
 
 
 def run_sparse(config: SparseConfig, *, results_dir=None, checkpoint_dir=None, resume: bool = True, device=None,
