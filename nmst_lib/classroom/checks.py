@@ -1,0 +1,106 @@
+"""Shared machinery of the assignments' checks: call a student's function, compare with the book.
+
+Every check in ``nmst_lib.classroom.a*`` is a plain function that raises ``AssertionError`` with a
+message in the book's terms (what was computed, what the theory requires, and the box that says
+so, e.g. "p(eos) at t = 3 is 0.12, below the floor 1 - (1 - eps)^3 = 0.14: Definition 5.1"). The
+assignments' test cells (otter-grader) only call these checks, so a test's failure message is the
+check's message, and the checks themselves are unit-tested against deliberately wrong code
+(``tests/test_classroom_*.py``). A student's code is compared with ``nmst_lib``'s implementation of
+the same equation on the inputs given here, never by reading its source.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["NotImplementedYet", "call_student", "fmt", "expect", "expect_close", "expect_tensor_close",
+           "generator"]
+
+
+class NotImplementedYet(AssertionError):
+    """The student's function still returns the stub's value (``None`` or ``...``)."""
+
+
+def fmt(x: Any, digits: int = 4) -> str:
+    """A number or a small tensor written for a failure message (4 significant digits)."""
+    if isinstance(x, torch.Tensor):
+        if x.numel() == 1:
+            return fmt(x.item(), digits)
+        if x.numel() <= 8:
+            return "[" + ", ".join(fmt(v, digits) for v in x.flatten().tolist()) + "]"
+        return f"a tensor of shape {tuple(x.shape)}"
+    if isinstance(x, bool):
+        return str(x)
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if math.isnan(x) or math.isinf(x):
+            return str(x)
+        return f"{x:.{digits}g}"
+    return repr(x)
+
+
+def call_student(fn: Callable, *args, name: str | None = None, **kwargs):
+    """Call a student's ``fn``; a stub (returns ``None`` or ``...``) or an exception in it becomes an
+    ``AssertionError`` that says which function, with which inputs, and what happened."""
+    label = name or getattr(fn, "__name__", "your function")
+    if not callable(fn):
+        raise AssertionError(f"`{label}` is {fn!r}, not a function: define it in the cell above the check")
+    try:
+        out = fn(*args, **kwargs)
+    except NotImplementedError as err:
+        raise NotImplementedYet(f"`{label}` raised NotImplementedError ({err}): it is not implemented yet") from None
+    except Exception as err:  # the student's bug, reported in the check's words
+        shapes = ", ".join(f"shape {tuple(a.shape)}" if isinstance(a, torch.Tensor) else type(a).__name__
+                           for a in args)
+        raise AssertionError(f"`{label}` raised {type(err).__name__}: {err} (called with {shapes})") from None
+    if out is None or out is Ellipsis:
+        raise NotImplementedYet(f"`{label}` returned {out!r}: it is not implemented yet (replace the `...`)")
+    return out
+
+
+def expect(condition: bool, message: str) -> None:
+    """``assert condition, message`` that survives ``python -O``."""
+    if not bool(condition):
+        raise AssertionError(message)
+
+
+def expect_close(got: float, want: float, what: str, where: str, rtol: float = 1e-6, atol: float = 1e-9) -> None:
+    """``got`` must equal ``want`` to ``rtol``/``atol``; the message names the quantity and the box."""
+    got_f, want_f = float(got), float(want)
+    ok = math.isclose(got_f, want_f, rel_tol=rtol, abs_tol=atol) or (math.isinf(got_f) and got_f == want_f)
+    expect(ok, f"{what} is {fmt(got_f)}, but {where} gives {fmt(want_f)}")
+
+
+def expect_tensor_close(got, want: torch.Tensor, what: str, where: str, rtol: float = 1e-5,
+                        atol: float = 1e-6) -> None:
+    """``got`` (tensor-like) must have ``want``'s shape and values; the message shows the worst entry."""
+    if not isinstance(got, torch.Tensor):
+        try:
+            got = torch.as_tensor(got)
+        except Exception:
+            raise AssertionError(f"{what} should be a tensor of shape {tuple(want.shape)}, got {type(got).__name__}") from None
+    expect(tuple(got.shape) == tuple(want.shape),
+           f"{what} has shape {tuple(got.shape)}, expected {tuple(want.shape)}")
+    got = got.detach().to(want.dtype)
+    finite_match = torch.isfinite(got) == torch.isfinite(want)
+    if not bool(finite_match.all()):
+        idx = tuple(int(i) for i in (~finite_match).nonzero()[0])
+        raise AssertionError(f"{what}[{', '.join(map(str, idx))}] is {fmt(got[idx])}, but {where} gives "
+                             f"{fmt(want[idx])}")
+    both = torch.isfinite(want)
+    diff = torch.where(both, (got - want).abs() - (atol + rtol * want.abs()), torch.zeros_like(want))
+    if bool((diff > 0).any()):
+        idx = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
+        raise AssertionError(f"{what}[{', '.join(map(str, idx))}] is {fmt(got[idx])}, but {where} gives "
+                             f"{fmt(want[idx])}")
+    same_inf = torch.where(both, torch.ones_like(want, dtype=torch.bool), got == want)
+    expect(bool(same_inf.all()), f"{what} has infinities where {where} does not")
+
+
+def generator(seed: int) -> torch.Generator:
+    """A CPU generator: checks draw their random inputs from fixed seeds, so a failure repeats."""
+    return torch.Generator().manual_seed(int(seed))
