@@ -10,6 +10,8 @@ Chapter 8 (08_sparse) and Chapter 9 (09_temperature).
     python -m nmst_lib sparse    --profile cpu [--only KEY] (Chapter 8's sparse-generation suite)
     python -m nmst_lib gpt2      --profile cpu [--only KEY] [--nproc N] (Chapter 7's GPT-2 suite)
     python -m nmst_lib temperature --profile cpu [--only KEY] (Chapter 9's contextual-temperature suite)
+    python -m nmst_lib assignments build [--only ID] [--out DIR]   (the classroom kit, otter-grader)
+    python -m nmst_lib assignments grade ID SUBMISSION.ipynb ...     (grade with the built autograder)
 
 Run ``python -m nmst_lib COMMAND --help`` for the options of each command.
 """
@@ -221,6 +223,25 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--force", action="store_true", help="re-run models whose result is current, from scratch")
     g.add_argument("--dry-run", action="store_true", help="list the models, their keys and status, run nothing")
     _add_common(p)
+
+    p = sub.add_parser("assignments", help="the classroom kit: build the assignments' student, instructor and "
+                                           "autograder editions (otter-grader), or grade submissions",
+                       description="Build every assignment of assignments/ (one per part of the book) with "
+                                   "otter-grader into OUT/<id>/: student/ (+ <id>-student.zip), instructor/ "
+                                   "(solutions, rubrics, all tests) and <id>-autograder.zip (otter run, otter grade, "
+                                   "Gradescope); or grade submitted notebooks with a built autograder (see the "
+                                   "book's instructor guide and nmst_lib.classroom.build).")
+    p.add_argument("action", choices=("build", "grade"), help="build the editions, or grade submissions")
+    p.add_argument("items", nargs="*", metavar="ARG",
+                   help="grade: the assignment id, then one or more submitted .ipynb files")
+    p.add_argument("--only", default=None, metavar="ID[,ID]", help="build: only these assignments")
+    p.add_argument("--out", default=None, metavar="DIR", help="where the editions are [_build/assignments]")
+    p.add_argument("--csv", default=None, metavar="FILE", help="grade: also write the scores as a CSV table")
+    p.add_argument("--sync-package", action="store_true",
+                   help="build: also copy the public tests into nmst_lib/classroom/public_tests/ (what Colab "
+                        "students check against; commit the result after editing a master)")
+    p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -448,8 +469,75 @@ def _cmd_temperature(args) -> int:
     return 0
 
 
+def _cmd_assignments(args) -> int:
+    from .classroom import ASSIGNMENTS
+    from .classroom.build import build_assignments, grade_submission
+
+    if args.action == "build":
+        if args.items:
+            raise ValueError(f"`assignments build` takes no positional arguments (got {' '.join(args.items)}); "
+                             "use --only ID[,ID]")
+        only = None if args.only is None else [a.strip() for a in args.only.split(",") if a.strip()]
+        index = build_assignments(args.out, only=only, sync_package=args.sync_package)
+        for name, entry in index["assignments"].items():
+            if only is None or name in only:
+                qs = ", ".join(f"{q['name']} {q['points']:g} {'manual' if q['kind'] == 'manual' else 'auto'}"
+                               for q in entry["questions"])
+                _log(f"[assignments] {name}: {entry['autograded_points']:g} autograded + "
+                     f"{entry['manual_points']:g} manual points ({qs})")
+        from .classroom.build import repository_root
+
+        out = args.out or str(repository_root() / "_build" / "assignments")
+        _log(f"[assignments] editions in {out}: <id>/student/, <id>/<id>-student.zip, <id>/instructor/, "
+             "<id>/<id>-autograder.zip")
+        return 0
+    if len(args.items) < 2:
+        raise ValueError("`assignments grade` needs the assignment id and at least one submitted notebook, e.g. "
+                         "`python -m nmst_lib assignments grade a1_decoding alice.ipynb bob.ipynb`")
+    assignment, submissions = args.items[0], args.items[1:]
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"unknown assignment {assignment!r}; the assignments are {', '.join(ASSIGNMENTS)}")
+    from .classroom.build import repository_root
+
+    out = args.out or str(repository_root() / "_build" / "assignments")
+    zip_path = os.path.join(out, assignment, f"{assignment}-autograder.zip")
+    if not os.path.isfile(zip_path):
+        raise ValueError(f"no autograder at {zip_path}: run `python -m nmst_lib assignments build --only {assignment}` first")
+    files = []
+    for item in submissions:
+        if os.path.isdir(item):
+            found = sorted(os.path.join(item, f) for f in os.listdir(item) if f.endswith(".ipynb"))
+            if not found:
+                raise ValueError(f"no .ipynb submissions in the folder {item}")
+            files.extend(found)
+        else:
+            files.append(item)
+    rows = []
+    for sub in files:
+        scores = grade_submission(zip_path, sub)
+        total = sum(v["score"] for v in scores.values())
+        top = sum(v["max_score"] for v in scores.values())
+        detail = ", ".join(f"{q} {v['score']:g}/{v['max_score']:g}" for q, v in scores.items())
+        _log(f"{sub}: {total:g}/{top:g} autograded points ({detail}); manual questions are graded by rubric")
+        rows.append((sub, scores, total))
+    if args.csv:
+        import csv
+
+        questions = sorted({q for _, scores, _ in rows for q in scores})
+        tmp = args.csv + ".tmp"
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["submission", *questions, "autograded_total"])
+            for sub, scores, total in rows:
+                w.writerow([sub, *[scores.get(q, {}).get("score", "") for q in questions], total])
+        os.replace(tmp, args.csv)
+        _log(f"[assignments] scores of {len(rows)} submissions written to {args.csv}")
+    return 0
+
+
 _COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "run-suite": _cmd_run_suite,
-             "report": _cmd_report, "sparse": _cmd_sparse, "gpt2": _cmd_gpt2, "temperature": _cmd_temperature}
+             "report": _cmd_report, "sparse": _cmd_sparse, "gpt2": _cmd_gpt2, "temperature": _cmd_temperature,
+             "assignments": _cmd_assignments}
 
 
 def _without_nproc(argv: list[str]) -> list[str]:

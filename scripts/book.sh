@@ -7,6 +7,11 @@
 #                                 _build/.jupyter_cache) and fails on any warning
 # Prints the path of the built index.html and the build time.
 # Extra arguments go to `jupyter-book build` (e.g. --all for a clean rebuild of every page).
+#
+# `bash scripts/book.sh --course` builds the COURSE edition instead, for a class running this term:
+# the same site without the exercises' solution dropdowns (book/_ext/nmst_book.py, item 4), in
+# _build/course/_build/html. It reuses the public build's execution cache (copied), so run the
+# public build first to avoid executing every chapter again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Local data for the chapters (README, "Data"): on the project's machines ../shared/data holds
@@ -18,10 +23,31 @@ bash scripts/fetch_js_assets.sh
 export PYDEVD_DISABLE_FILE_VALIDATION=1   # quiet debugger warning on stderr of executed cells
 unset MPLBACKEND                          # kernels must use the inline backend: figures become PNG outputs
 
+course=0
+if [ "${1:-}" = "--course" ]; then course=1; shift; fi
 start=$(date +%s)
-.venv/bin/jupyter-book build . -W -n --keep-going "$@"
+if [ "$course" = 1 ]; then
+  # The course configuration: _config.yml plus nmst_course_edition, written under _build (never committed).
+  mkdir -p _build/course/_build
+  .venv/bin/python - <<'PY'
+import yaml
+config = yaml.safe_load(open("_config.yml", encoding="utf-8"))
+config["title"] = config["title"] + " (course edition)"
+config["sphinx"]["config"]["nmst_course_edition"] = True   # book/_ext/nmst_book.py removes the solutions
+# local_extensions are resolved against the config file's folder: name them absolutely
+import os
+config["sphinx"]["local_extensions"] = {k: os.path.abspath(v) for k, v in config["sphinx"]["local_extensions"].items()}
+with open("_build/course/_config.yml", "w", encoding="utf-8") as f:
+    yaml.safe_dump(config, f, sort_keys=False)
+PY
+  if [ -d _build/.jupyter_cache ]; then rm -rf _build/course/_build/.jupyter_cache; cp -r _build/.jupyter_cache _build/course/_build/; fi
+  .venv/bin/jupyter-book build . --config _build/course/_config.yml --path-output _build/course -W -n --keep-going "$@"
+  index="$(pwd)/_build/course/_build/html/index.html"
+else
+  .venv/bin/jupyter-book build . -W -n --keep-going "$@"
+  index="$(pwd)/_build/html/index.html"
+fi
 end=$(date +%s)
 
-index="$(pwd)/_build/html/index.html"
 [ -f "$index" ] || { echo "[book] build produced no $index" >&2; exit 1; }
 echo "[book] built $index in $((end - start)) s"

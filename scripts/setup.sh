@@ -26,6 +26,6 @@ fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 # The CPU wheel of torch on these machines; Colab keeps its own torch (pyproject only says torch>=2.1).
 .venv/bin/pip install -q "torch==2.13.0"
-.venv/bin/pip install -q -e ".[data,test,book]"
+.venv/bin/pip install -q -e ".[data,test,book,classroom]"
 echo "$want" > "$stamp"
 echo "[setup] done: $(.venv/bin/python -c 'import torch, nmst_lib; print("torch", torch.__version__, "| nmst_lib", nmst_lib.__version__)')"

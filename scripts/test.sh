@@ -2,7 +2,8 @@
 # Set up everything the tests need and run all of them:
 #   library unit tests (first from a plain clone without data or network, scripts/test_plain_clone.sh,
 #   then with the real data), chapter notebooks under nbval, the website build (zero warnings),
-#   the headless-browser checks of the built site, and the Colab simulation (scripts/colab_sim.sh).
+#   the headless-browser checks of the built site, the Colab simulation (scripts/colab_sim.sh), the
+#   course edition of the site, and the classroom kit (built, then graded: tests/classroom).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Local data for the chapters and the real-data tests (README, "Data"): on the project's machines
@@ -24,6 +25,13 @@ fi
 
 # Build the website first (it executes every chapter); the browser tests check the result.
 bash scripts/book.sh
+# The course edition of the site (no solution dropdowns; reuses the execution cache just filled).
+bash scripts/book.sh --course
+
+# The classroom kit: every assignment's student, instructor and autograder editions (otter-grader);
+# tests/classroom grades three submissions per assignment with the built autograders.
+bash scripts/assignments.sh
+export NMST_REQUIRE_ASSIGNMENTS=1
 
 # Colab simulation: each chapter alone in an empty folder, in a fresh Python with torch but without
 # nmst_lib, network cut, its first cell installing the freshly built wheel (about 3 minutes).

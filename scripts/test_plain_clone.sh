@@ -7,7 +7,7 @@
 # has only a loopback device. The tests must pass on the committed fixture corpus
 # (tests/fixtures/) alone; tests that need the real data skip and say why (pytest -ra).
 #
-#   bash scripts/test_plain_clone.sh              # every library test: tests/ without tests/site
+#   bash scripts/test_plain_clone.sh              # every library test: tests/ without tests/site, tests/classroom
 #   bash scripts/test_plain_clone.sh --data-only  # only the tests that read data (see below)
 #   bash scripts/test_plain_clone.sh -- -k cli    # extra arguments after -- go to pytest
 #
@@ -16,8 +16,8 @@
 # for scripts/test.sh to run the whole suite here as well as in its main run (which has the real
 # data and the chapters), so the plain-clone run is not limited to the data tests.
 # --data-only runs test_data, test_experiments, test_cli, test_models and test_gpu: every test
-# that reads data, tokenizers, checkpoints or data variables. tests/site is never run here: it
-# checks the built website.
+# that reads data, tokenizers, checkpoints or data variables. tests/site and tests/classroom are
+# never run here: they check the built website and the built classroom editions.
 #
 # The clone is of HEAD (committed changes only). Python: .venv/bin/python of this checkout (or
 # $NMST_PLAIN_CLONE_PYTHON); the clone's own nmst_lib is imported (checked), not this checkout's.
@@ -27,7 +27,7 @@ repo=$(pwd)
 py=${NMST_PLAIN_CLONE_PYTHON:-$repo/.venv/bin/python}
 [ -x "$py" ] || { echo "[plain-clone] no Python at $py: run scripts/setup.sh first" >&2; exit 1; }
 
-tests=(tests --ignore=tests/site)
+tests=(tests --ignore=tests/site --ignore=tests/classroom)
 if [ "${1:-}" = "--data-only" ]; then
   tests=(tests/test_data.py tests/test_experiments.py tests/test_cli.py tests/test_models.py tests/test_gpu.py); shift
 fi

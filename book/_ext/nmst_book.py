@@ -16,11 +16,19 @@
    sphinx-togglebutton's selector) both directly and through its registry, so every page
    declared ``const THEBE_JS_URL`` twice: a JavaScript SyntaxError in the console. Identical
    ``<script>`` entries are dropped before the page is written.
+4. **The course edition** (``bash scripts/book.sh --course``, config ``nmst_course_edition: true``):
+   every exercise solution is removed from the pages, dropdowns and all. sphinx-exercise's own
+   ``hide_solutions`` cannot do it for this book: it drops ``solution-start`` but keeps
+   ``solution-end``, which crashes the HTML writer, and would leave the solution's content
+   on the page. Here the solutions are first merged as usual, then removed (a transform that
+   runs after sphinx-exercise's ``MergeGatedSolutions``).
 """
 
 from __future__ import annotations
 
 import re
+
+from sphinx.transforms import SphinxTransform
 
 # an inline literal ``...`` or an interpreted text / role `...` (left untouched)
 _LITERAL = re.compile(r"(``.+?``|`[^`]+`)")
@@ -69,7 +77,24 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
     scripts[:] = unique  # in place: other handlers may still append per-page scripts
 
 
+class _RemoveSolutions(SphinxTransform):
+    """Remove every sphinx-exercise solution (plain or gated) in the course edition (item 4)."""
+
+    default_priority = 50  # after sphinx-exercise's MergeGatedSolutions (10)
+
+    def apply(self, **kwargs) -> None:
+        if not self.config.nmst_course_edition:
+            return
+        from sphinx_exercise.nodes import solution_end_node, solution_node, solution_start_node
+
+        for cls in (solution_node, solution_start_node, solution_end_node):
+            for node in list(self.document.findall(cls)):
+                node.parent.remove(node)
+
+
 def setup(app):
+    app.add_config_value("nmst_course_edition", False, "env")
+    app.add_transform(_RemoveSolutions)
     app.connect("autodoc-process-docstring", _process_docstring, priority=400)  # before napoleon (500)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

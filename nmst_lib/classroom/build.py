@@ -1,0 +1,228 @@
+"""Build the classroom editions of every assignment with otter-grader, and grade submissions.
+
+One master notebook per assignment (``assignments/<id>/<id>.ipynb``, otter-assign format) becomes,
+under ``_build/assignments/<id>/``:
+
+* ``student/`` -- the notebook students get (``...`` where they write code, no solutions, no
+  rubrics, no hidden tests) and its public tests; zipped as ``<id>-student.zip``;
+* ``instructor/`` -- the solution notebook with rubrics, and every test, hidden ones included;
+* ``<id>-autograder.zip`` -- what ``otter run``/``otter grade`` and Gradescope take.
+
+``index.json`` beside them lists each assignment's questions, their kind (autograded or manual)
+and points, with provenance (code version, otter-grader version, date).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from . import ASSIGNMENTS
+
+__all__ = ["repository_root", "master_notebook", "assignment_questions", "build_assignments", "grade_submission"]
+
+_BEGIN_QUESTION = re.compile(r"^\s*#\s*BEGIN\s+QUESTION\s*$", re.IGNORECASE)
+_TEST_CONFIG = re.compile(r'"""\s*#\s*BEGIN\s+TEST\s+CONFIG(.*?)"""\s*#\s*END\s+TEST\s+CONFIG', re.DOTALL)
+
+
+def repository_root() -> Path:
+    """The checkout this package was imported from (where ``assignments/`` lives)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "assignments").is_dir():
+        raise ValueError(f"no assignments/ folder next to nmst_lib in {root}: the classroom build needs a "
+                         "clone of the book's repository (the master notebooks are not part of the wheel)")
+    return root
+
+
+def master_notebook(assignment: str, root: Path | None = None) -> Path:
+    """``assignments/<id>/<id>.ipynb`` of ``assignment`` (ValueError for an unknown id or a missing file)."""
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"unknown assignment {assignment!r}; the assignments are {', '.join(ASSIGNMENTS)}")
+    path = Path(root or repository_root()) / "assignments" / assignment / f"{assignment}.ipynb"
+    if not path.is_file():
+        raise ValueError(f"the master notebook of {assignment} is missing: {path}")
+    return path
+
+
+def _source(cell) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def assignment_questions(master: Path) -> list[dict]:
+    """The questions of a master notebook, in order: name, manual or autograded, points, test cases.
+
+    An autograded question's points are the sum of its test cases' ``points`` (each test cell's
+    ``BEGIN TEST CONFIG`` block; the kit gives every case explicit points, so a bug loses exactly
+    the cases it fails); a manual question's come from its ``points:`` (graded by rubric).
+    """
+    cells = json.loads(Path(master).read_text(encoding="utf-8"))["cells"]
+    questions: list[dict] = []
+    current = None
+    in_tests = False
+    for cell in cells:
+        src = _source(cell)
+        first = src.strip().splitlines()[0].strip() if src.strip() else ""
+        if cell["cell_type"] == "raw" and _BEGIN_QUESTION.match(first):
+            config = yaml.safe_load("\n".join(src.strip().splitlines()[1:])) or {}
+            current = {"name": str(config["name"]), "manual": bool(config.get("manual", False)),
+                       "points": config.get("points"), "tests": []}
+            questions.append(current)
+        elif cell["cell_type"] == "raw" and re.match(r"#\s*BEGIN\s+TESTS", first, re.IGNORECASE):
+            in_tests = True
+        elif cell["cell_type"] == "raw" and re.match(r"#\s*END\s+TESTS", first, re.IGNORECASE):
+            in_tests = False
+        elif in_tests and cell["cell_type"] == "code" and current is not None:
+            m = _TEST_CONFIG.search(src)
+            config = (yaml.safe_load(m.group(1)) if m else None) or {}
+            name = re.search(r"def\s+(\w+)\s*\(", src)
+            current["tests"].append({"name": name.group(1) if name else "", "hidden": bool(config.get("hidden", False)),
+                                     "points": config.get("points")})
+    for q in questions:
+        if q["tests"] and all(t["points"] is not None for t in q["tests"]):
+            q["points"] = float(sum(t["points"] for t in q["tests"]))
+        q["kind"] = "manual" if q["manual"] else ("autograded" if q["tests"] else "ungraded")
+    return questions
+
+
+def _otter(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    proc = subprocess.run([sys.executable, "-m", "otter", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"otter {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def _zip_folder(folder: Path, target: Path) -> None:
+    tmp = target.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                z.write(path, path.relative_to(folder.parent))
+    os.replace(tmp, target)
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "assignments", "nmst_lib"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def build_assignments(out_dir: str | Path | None = None, only=None, sync_package: bool = False,
+                      root: str | Path | None = None) -> dict:
+    """Build the student, instructor and autograder editions of the assignments (all, or ``only``).
+
+    ``out_dir`` defaults to ``<repository>/_build/assignments``; each assignment's folder is
+    replaced atomically (built in a temporary folder, then moved). ``sync_package=True`` also copies
+    the public tests into ``nmst_lib/classroom/public_tests/<id>/`` (what a Colab student, who has
+    only the notebook, checks against): maintainers run it after editing a master and commit the
+    result; ``tests/classroom`` fails while the shipped copy differs from a fresh build.
+    Returns the index (also written to ``index.json``).
+    """
+    root = Path(root) if root is not None else repository_root()
+    out = Path(out_dir) if out_dir is not None else root / "_build" / "assignments"
+    if only is None:
+        ids = list(ASSIGNMENTS)
+    else:
+        ids = [only] if isinstance(only, str) else list(only)
+        unknown = [a for a in ids if a not in ASSIGNMENTS]
+        if unknown:
+            raise ValueError(f"unknown assignment(s) {', '.join(unknown)}; the assignments are {', '.join(ASSIGNMENTS)}")
+    out.mkdir(parents=True, exist_ok=True)
+    import otter
+
+    index_path = out / "index.json"
+    index = json.loads(index_path.read_text(encoding="utf-8")) if index_path.is_file() else {"assignments": {}}
+    for assignment in ids:
+        master = master_notebook(assignment, root)
+        with tempfile.TemporaryDirectory(dir=out, prefix=f".{assignment}-") as tmp:
+            tmp = Path(tmp)
+            dist = tmp / "dist"
+            _otter("assign", str(master), str(dist), cwd=master.parent)
+            stage = tmp / assignment
+            (stage / "student").mkdir(parents=True)
+            shutil.copytree(dist / "student", stage / "student", dirs_exist_ok=True)
+            zips = sorted((dist / "autograder").glob(f"{assignment}-autograder_*.zip"))
+            if len(zips) != 1:
+                raise RuntimeError(f"otter assign wrote {len(zips)} autograder zips for {assignment}, expected one")
+            shutil.move(str(zips[0]), stage / f"{assignment}-autograder.zip")
+            instructor = stage / "instructor"
+            instructor.mkdir()
+            shutil.copy2(dist / "autograder" / f"{assignment}.ipynb", instructor / f"{assignment}.ipynb")
+            shutil.copytree(dist / "autograder" / "tests", instructor / "tests")
+            _zip_folder(stage / "student", stage / f"{assignment}-student.zip")
+            final = out / assignment
+            old = tmp / "old"
+            if final.exists():
+                os.replace(final, old)
+            os.replace(stage, final)
+        if sync_package:
+            shipped = Path(__file__).resolve().parent / "public_tests" / assignment
+            if shipped.exists():
+                shutil.rmtree(shipped)
+            shutil.copytree(out / assignment / "student" / "tests", shipped)
+        questions = assignment_questions(master)
+        index["assignments"][assignment] = {
+            "master": str(master.relative_to(root)),
+            "questions": questions,
+            "autograded_points": sum(q["points"] or 0 for q in questions if q["kind"] == "autograded"),
+            "manual_points": sum(q["points"] or 0 for q in questions if q["kind"] == "manual"),
+            "student": f"{assignment}/{assignment}-student.zip",
+            "autograder": f"{assignment}/{assignment}-autograder.zip",
+            "instructor": f"{assignment}/instructor/{assignment}.ipynb",
+        }
+    from .. import __version__
+
+    index["provenance"] = {"code_version": _git_commit(root), "nmst_lib": __version__,
+                           "otter_grader": getattr(otter, "__version__", "unknown"),
+                           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    tmp_index = index_path.with_suffix(".json.tmp")
+    tmp_index.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp_index, index_path)
+    return index
+
+
+def grade_submission(autograder_zip: str | Path, submission: str | Path, out_dir: str | Path | None = None) -> dict:
+    """Grade one submitted notebook with ``otter run`` (no Docker): ``{question: {"score", "max_score"}}``.
+
+    Runs the notebook top to bottom in a fresh kernel, then every test case (public and hidden) of
+    the autograder zip. Raises RuntimeError when otter produces no results (a crash of the grader,
+    not a failing student cell: those only lose points). ``out_dir`` keeps ``results.json``.
+    """
+    autograder_zip, submission = Path(autograder_zip).resolve(), Path(submission).resolve()
+    for path, what in ((autograder_zip, "autograder zip"), (submission, "submission")):
+        if not path.is_file():
+            raise ValueError(f"the {what} {path} does not exist")
+    if submission.suffix != ".ipynb":
+        raise ValueError(f"a submission is a Jupyter notebook (.ipynb), got {submission.name}")
+    with tempfile.TemporaryDirectory(prefix="nmst-grade-") as tmp:
+        results_dir = Path(out_dir).resolve() if out_dir is not None else Path(tmp) / "out"
+        results_dir.mkdir(parents=True, exist_ok=True)
+        work = Path(tmp) / "work"
+        work.mkdir()
+        shutil.copy2(submission, work / submission.name)
+        _otter("run", "-a", str(autograder_zip), "-o", str(results_dir), submission.name, cwd=work)
+        results_file = results_dir / "results.json"
+        if not results_file.is_file():
+            raise RuntimeError(f"otter run wrote no results.json for {submission.name}")
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    scores = {}
+    for test in results.get("tests", []):
+        if "max_score" in test and test.get("max_score") is not None and test.get("name") != "Public Tests":
+            scores[test["name"]] = {"score": float(test.get("score") or 0.0), "max_score": float(test["max_score"])}
+    return scores

@@ -1,0 +1,110 @@
+"""The built editions: what a student gets holds no solution, rubric or hidden test; what an
+instructor gets holds all of them; the public tests shipped in the package match a fresh build."""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from nmst_lib.classroom import ASSIGNMENTS
+from nmst_lib.classroom.build import assignment_questions, master_notebook
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def _src(cell) -> str:
+    s = cell.get("source", "")
+    return "".join(s) if isinstance(s, list) else s
+
+
+def _solution_lines(master: Path) -> list[str]:
+    """The distinctive code lines between `# BEGIN SOLUTION` and `# END SOLUTION` in the master."""
+    lines, inside = [], False
+    for cell in _cells(master):
+        if cell["cell_type"] != "code":
+            continue
+        for line in _src(cell).splitlines():
+            if re.match(r"\s*#\s*BEGIN SOLUTION", line):
+                inside = True
+            elif re.match(r"\s*#\s*END SOLUTION", line):
+                inside = False
+            elif inside and len(line.strip()) > 25 and not line.strip().startswith("#"):
+                lines.append(line.strip())
+    return lines
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_assignment_is_built_with_all_three_editions(built, index, assignment):
+    entry = index["assignments"][assignment]
+    folder = built / assignment
+    assert (folder / "student" / f"{assignment}.ipynb").is_file()
+    assert (folder / f"{assignment}-student.zip").is_file()
+    assert (folder / f"{assignment}-autograder.zip").is_file()
+    assert (folder / "instructor" / f"{assignment}.ipynb").is_file()
+    kinds = [q["kind"] for q in entry["questions"]]
+    assert kinds.count("autograded") >= 3 and kinds.count("manual") >= 1, kinds
+    assert 4 <= len(kinds) <= 7, f"{assignment} has {len(kinds)} problems; the kit asks for about five"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_student_edition_holds_no_solution_rubric_or_hidden_test(built, assignment):
+    master = master_notebook(assignment, ROOT)
+    student = built / assignment / "student" / f"{assignment}.ipynb"
+    text = "\n".join(_src(c) for c in _cells(student))
+    solutions = _solution_lines(master)
+    assert solutions, "the master has no solution lines to look for"
+    leaked = [line for line in solutions if line in text]
+    assert not leaked, f"solution lines in the student edition: {leaked[:3]}"
+    assert "**Rubric**" not in text, "a rubric cell reached the student edition"
+    assert "BEGIN SOLUTION" not in text and "BEGIN TEST CONFIG" not in text
+    for test_file in (built / assignment / "student" / "tests").glob("*.py"):
+        assert "hidden=True" not in test_file.read_text(encoding="utf-8"), f"hidden test case in {test_file.name}"
+    names = set(zipfile.ZipFile(built / assignment / f"{assignment}-student.zip").namelist())
+    assert f"student/{assignment}.ipynb" in names and any(n.startswith("student/tests/") for n in names)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_instructor_edition_holds_the_solutions_and_every_test(built, index, assignment):
+    master = master_notebook(assignment, ROOT)
+    instructor = built / assignment / "instructor"
+    text = "\n".join(_src(c) for c in _cells(instructor / f"{assignment}.ipynb"))
+    missing = [line for line in _solution_lines(master) if line not in text]
+    assert not missing, f"solution lines missing from the instructor edition: {missing[:3]}"
+    questions = assignment_questions(master)
+    hidden = sum(t["hidden"] for q in questions for t in q["tests"])
+    found = sum(f.read_text(encoding="utf-8").count("hidden=True") for f in (instructor / "tests").glob("*.py"))
+    assert hidden >= 1 and found == hidden, (hidden, found)
+    manual = [q["name"] for q in questions if q["kind"] == "manual"]
+    assert manual and text.count("**Rubric**") >= len(manual), f"{assignment}: a manual question without its rubric"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_autograded_test_case_has_explicit_points(assignment):
+    """A bug loses exactly the points of the cases it fails only if every case carries its points."""
+    for q in assignment_questions(master_notebook(assignment, ROOT)):
+        if q["kind"] == "autograded":
+            assert all(t["points"] is not None for t in q["tests"]), f"{assignment} {q['name']}: a test case has no points"
+            assert any(not t["hidden"] for t in q["tests"]), f"{assignment} {q['name']}: no public test for grader.check"
+            assert any(t["hidden"] for t in q["tests"]), f"{assignment} {q['name']}: no hidden test"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_public_tests_shipped_in_the_package_match_a_fresh_build(built, assignment):
+    """Colab students check against nmst_lib/classroom/public_tests/<id>/ (the notebook arrives alone)."""
+    shipped = ROOT / "nmst_lib" / "classroom" / "public_tests" / assignment
+    fresh = built / assignment / "student" / "tests"
+    names = sorted(p.name for p in fresh.glob("*.py"))
+    assert names == sorted(p.name for p in shipped.glob("*.py")), (
+        f"the shipped public tests of {assignment} differ from the build: run "
+        "`python -m nmst_lib assignments build --sync-package` and commit nmst_lib/classroom/public_tests")
+    for name in names:
+        assert (fresh / name).read_text(encoding="utf-8") == (shipped / name).read_text(encoding="utf-8"), (
+            f"{assignment}/{name} is stale: run `python -m nmst_lib assignments build --sync-package` and commit")
