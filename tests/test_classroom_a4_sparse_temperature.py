@@ -1,0 +1,240 @@
+"""Unit tests of the checks of Assignment 4 (nmst_lib.classroom.a4_sparse_temperature).
+
+Every check passes on a correct implementation (the library's, or the master notebook's solution),
+fails with its intended message on a planted bug, and reports a stub (returns None) as "not
+implemented yet"."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from nmst_lib import decoding, entmax, metrics, theory
+from nmst_lib.classroom import a4_sparse_temperature as A
+from nmst_lib.classroom.checks import NotImplementedYet
+from nmst_lib.temperature import normalised_temperature
+
+
+# ------------------------------------------------------------------ correct implementations
+def solution_sparsemax(z):
+    """The master notebook's solution (Theorem 8.2)."""
+    z = z - z.amax(dim=-1, keepdim=True)
+    zs = torch.sort(z, dim=-1, descending=True).values
+    k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
+    cumsum = torch.cumsum(torch.nan_to_num(zs, neginf=0.0), dim=-1)
+    k_star = (1 + k * zs > cumsum).sum(dim=-1, keepdim=True)
+    tau = (cumsum.gather(-1, k_star - 1) - 1) / k_star.to(z.dtype)
+    return torch.clamp(z - tau, min=0)
+
+
+def library_eps_ppl(p, V, kappa):
+    return metrics.epsilon_perplexity(p, V, eps=kappa)[0]
+
+
+def library_temperature(h, W1, W2, a, b):
+    return normalised_temperature(h @ W1 @ W2, "sigmoid", a=a, b=b)
+
+
+def _sweep(scores=None, seed=0, rows=slice(None, -1)):
+    scores = A.sweep_scores() if scores is None else scores
+    S = A.SWEEP
+    contexts = torch.arange(S["n"]).remainder(S["vocab_size"] - 1).unsqueeze(1)
+    out = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for T in S["temperatures"]:
+            q = entmax.entmax(scores[rows] / T, S["alpha"])
+            gen = decoding.decode(A.TemperedBigram(scores, S["alpha"], T), contexts, "ancestral", max_len=max(S["Ls"]),
+                                  generator=torch.Generator().manual_seed(seed))
+            out[T] = {"support": float((q > 0).sum(-1).double().mean()), "eos_rows": int((q[:, -1] > 0).sum()),
+                      "rnt": [metrics.non_termination_ratio(gen, L) for L in S["Ls"]]}
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+@pytest.fixture(scope="module")
+def results():
+    return _sweep()
+
+
+# ------------------------------------------------------------------ planted bugs
+def _naive_log_softmax(z, T):
+    e = torch.exp(z / T)
+    return torch.log(e / e.sum(-1, keepdim=True))
+
+
+def _float32_inside(z):
+    return solution_sparsemax(z.float()).to(z.dtype)
+
+
+def _masked_as_zero(z):
+    return solution_sparsemax(torch.nan_to_num(z, neginf=0.0))  # -inf read as a score of 0
+
+
+BUGS = {
+    # q1
+    "check_sparsemax_on_simplex": [
+        (lambda z: torch.clamp(z - z.amax(-1, keepdim=True) + 1, min=0), "not 1"),
+        (lambda z: z - z.mean(-1, keepdim=True) + 1.0 / z.shape[-1], "negative entry"),
+    ],
+    "check_sparsemax_threshold_form": [(lambda z: torch.softmax(z, -1), "one threshold tau")],
+    "check_sparsemax_shift_invariance": [
+        (lambda z: solution_sparsemax(z / z.abs().amax(-1, keepdim=True)), "Corollary 8.1, part 3")],
+    "check_sparsemax_two_tokens": [(lambda z: solution_sparsemax(2 * z), "Exercise 8.2")],
+    "hidden_sparsemax_matches_library": [(lambda z: torch.softmax(z, -1), "nmst_lib.entmax.sparsemax")],
+    "hidden_sparsemax_extreme_scores": [(_float32_inside, "|z| = 1e4")],
+    "hidden_sparsemax_ties": [
+        (lambda z: solution_sparsemax(z + 1e-6 * torch.arange(z.shape[-1], dtype=z.dtype)), "tied integer scores")],
+    "hidden_sparsemax_float32": [(lambda z: solution_sparsemax(z.double()), "keep the input's dtype")],
+    "hidden_sparsemax_masked_tokens": [(_masked_as_zero, "must get probability exactly 0")],
+    # q2
+    "check_eps_perplexity_without_smoothing": [(lambda p, V, k: 1.0 / float(p.mean()), "plain perplexity")],
+    "check_eps_perplexity_uniform_and_zeros": [
+        (lambda p, V, k: math.exp(-float((torch.log(p + k) - math.log1p(k)).mean())), "1/|V| for every kappa"),
+        (lambda p, V, k: metrics.epsilon_perplexity(p, V, eps=k), "returned a tuple")],
+    "check_sparsemax_score_bounds": [
+        (lambda p, y: p.gather(-1, y[..., None])[..., 0] + (1 - (p * p).sum(-1)), "1/|V| + (1 - 1/|V|)/2")],
+    "check_sparsemax_score_whole_distribution": [
+        (lambda p, y: p.gather(-1, y[..., None])[..., 0], "looks at the whole distribution")],
+    "hidden_eps_perplexity_matches_library": [
+        (lambda p, V, k: math.exp(-float((torch.log(p.float() + k) - math.log1p(k * V)).mean())),
+         "nmst_lib.metrics.epsilon_perplexity")],
+    "hidden_eps_perplexity_zero_probabilities": [
+        (lambda p, V, k: library_eps_ppl(p.clamp(min=1e-12), V, k), "plain perplexity, +inf")],
+    "hidden_sparsemax_score_matches_library": [
+        (lambda p, y: 1 - ((p - torch.nn.functional.one_hot(y, p.shape[-1]).to(p.dtype)) ** 2).sum(-1),
+         "nmst_lib.metrics.sparsemax_score")],
+    # q3
+    "check_temperature_range": [
+        (lambda h, W1, W2, a, b: (torch.sigmoid(h @ W1 @ W2) + a) * b, "outside [a/b, (1 + a)/b]")],
+    "check_temperature_constant_start": [
+        (lambda h, W1, W2, a, b: (torch.softmax(h @ W1 @ W2, -1) + a) / b, "(1/|V| + a)/b")],
+    "check_ct_log_probs_global": [
+        (lambda z, T: torch.log_softmax(z * T, -1), "log softmax(z / T)"),
+        (lambda z, T: z / T - torch.logsumexp(z, -1, keepdim=True), "log softmax(z / T)")],
+    "check_global_temperature_entropy_and_ranking": [
+        (lambda z, T: torch.log_softmax(z * T, -1), "Proposition 9.2")],
+    "hidden_temperature_matches_library": [
+        (lambda h, W1, W2, a, b: (torch.softmax(h @ W1 @ W2, -1) + a) / b, "ContextualTemperature")],
+    "hidden_ct_log_probs_matches_library": [
+        (lambda z, T: torch.log_softmax(z / T.mean(-1, keepdim=True), -1) if isinstance(T, torch.Tensor)
+         else torch.log_softmax(z / T, -1), "nmst_lib.theory.tempered_log_softmax")],
+    "hidden_ct_log_probs_extreme": [(_naive_log_softmax, "|z| = 1e4")],
+}
+
+CORRECT = {
+    "sparsemax": solution_sparsemax,
+    "epsilon_perplexity": library_eps_ppl,
+    "sparsemax_score": metrics.sparsemax_score,
+    "contextual_temperature": library_temperature,
+    "ct_log_probs": theory.tempered_log_softmax,
+}
+ARG_OF = {}
+for _name in BUGS:
+    _fn = getattr(A, _name)
+    ARG_OF[_name] = _fn.__code__.co_varnames[0]
+
+FUNCTION_CHECKS = sorted(BUGS)
+SWEEP_CHECKS = ["check_sweep_format", "check_sweep_theorem_8_6", "check_sweep_monotone",
+                "hidden_sweep_support_recomputed", "hidden_sweep_rnt_recomputed"]
+
+
+def test_every_check_of_the_module_is_tested():
+    names = {n for n in A.__all__ if n.startswith(("check_", "hidden_"))}
+    assert names == set(FUNCTION_CHECKS) | set(SWEEP_CHECKS)
+
+
+@pytest.mark.parametrize("name", FUNCTION_CHECKS)
+def test_check_passes_on_a_correct_implementation(name):
+    getattr(A, name)(CORRECT[ARG_OF[name]])
+
+
+def test_the_library_sparsemax_passes_the_sparsemax_checks_too():
+    for name in FUNCTION_CHECKS:
+        if ARG_OF[name] == "sparsemax":
+            getattr(A, name)(entmax.sparsemax)
+
+
+@pytest.mark.parametrize("name,bug,fragment", [(n, b, f) for n in FUNCTION_CHECKS for b, f in BUGS[n]])
+def test_check_fails_on_a_planted_bug_with_its_message(name, bug, fragment):
+    with pytest.raises(AssertionError) as err:
+        getattr(A, name)(bug)
+    assert fragment in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("name", FUNCTION_CHECKS)
+def test_a_stub_is_not_implemented_yet(name):
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        getattr(A, name)(lambda *args: None)
+
+
+def test_a_non_function_is_reported():
+    with pytest.raises(AssertionError, match="not a function"):
+        A.check_sparsemax_on_simplex(None)
+
+
+@pytest.mark.parametrize("name", SWEEP_CHECKS)
+def test_sweep_check_passes_on_the_recomputed_results(name, results):
+    getattr(A, name)(results)
+
+
+@pytest.mark.parametrize("name", SWEEP_CHECKS)
+def test_sweep_check_reports_a_stub(name):
+    with pytest.raises(NotImplementedYet, match="not implemented yet"):
+        getattr(A, name)(None)
+
+
+def test_sweep_format_wants_every_temperature(results):
+    broken = dict(results)
+    broken.pop(3.0)
+    with pytest.raises(AssertionError, match="no entry for T = 3"):
+        A.check_sweep_format(broken)
+    with pytest.raises(AssertionError, match="should be a dict"):
+        A.check_sweep_format([1, 2])
+
+
+def test_sweep_theorem_8_6_catches_eos_below_the_margin_and_stopping_without_eos(results):
+    broken = copy.deepcopy(results)
+    broken[1.0]["eos_rows"] = 1
+    with pytest.raises(AssertionError, match="Corollary 8.1"):
+        A.check_sweep_theorem_8_6(broken)
+    broken = copy.deepcopy(results)
+    broken[2.0]["rnt"] = [1.0, 0.99, 0.98]
+    with pytest.raises(AssertionError, match="Theorem 8.6"):
+        A.check_sweep_theorem_8_6(broken)
+
+
+def test_sweep_monotone_catches_a_shrinking_support(results):
+    broken = copy.deepcopy(results)
+    broken[6.0]["support"] = 7.5
+    with pytest.raises(AssertionError, match="Exercise 8.3"):
+        A.check_sweep_monotone(broken)
+    broken = copy.deepcopy(results)
+    broken[6.0]["rnt"] = [0.1, 0.2, 0.3]
+    with pytest.raises(AssertionError, match="can only fall"):
+        A.check_sweep_monotone(broken)
+
+
+def test_sweep_support_recomputation_catches_the_eos_row(results):
+    wrong = copy.deepcopy(results)
+    for T, row in _sweep(rows=slice(None)).items():   # the eos row counted among the rows
+        wrong[T]["support"] = row["support"]
+    with pytest.raises(AssertionError, match="mean support size at T"):
+        A.hidden_sweep_support_recomputed(wrong)
+
+
+def test_sweep_rnt_recomputation_catches_another_seed(results):
+    with pytest.raises(AssertionError, match="the statement's recipe"):
+        A.hidden_sweep_rnt_recomputed(_sweep(seed=1))
+
+
+def test_sweep_settings_match_the_chapter_construction():
+    """The experiment's premise: eos is 1.5/(alpha - 1) below the best score in every row (Theorem 8.6)."""
+    scores = A.sweep_scores()
+    gap = scores[:, :-1].amax(-1) - scores[:, -1]
+    assert torch.allclose(gap, torch.full_like(gap, A.SWEEP["gap_factor"] / (A.SWEEP["alpha"] - 1)))
