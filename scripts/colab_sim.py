@@ -33,7 +33,13 @@ Chapter 6 must show the committed ``cpu`` results (read from the wheel's package
 not fall back to the quick profile: the script fails unless its output (printed or
 Markdown) says "Showing the cpu profile" (the profile name may be in backticks).
 
-Usage: ``python scripts/colab_sim.py [--chapters 01,06] [--keep] [--require-isolation]``.
+**Assignments** (when ``_build/assignments`` is built, ``scripts/assignments.sh``): each
+assignment's instructor edition (solutions filled in) runs the same way, alone, and an injected
+last cell runs ``grader.check`` on every autograded question: the public tests must come from the
+wheel (``nmst_lib.classroom.public_tests_dir``: Colab has no ``tests/`` folder) and all pass.
+``--no-assignments`` skips them.
+
+Usage: ``python scripts/colab_sim.py [--chapters 01,06] [--no-assignments] [--keep] [--require-isolation]``.
 Prints one line per chapter with its time; exit status 0 only if every chapter passed.
 """
 
@@ -56,6 +62,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLISHED_GLOB = "nmst_lib/published_results/*/*.json"
+PUBLIC_TESTS_GLOB = "nmst_lib/classroom/public_tests/*/*.py"
+ASSIGNMENTS_BUILD = REPO / "_build" / "assignments"
 # Entries of the project's site-packages that Colab does not have: our own library.
 HIDDEN = ("nmst_lib", "nmst_lib-*", "nmst_lib.*", "__editable__*nmst_lib*", "__editable___nmst_lib*")
 MARK = "# [colab-sim] injected cell"
@@ -93,7 +101,14 @@ def build_wheel(work: Path) -> Path:
     if inside != committed or not committed:
         raise SystemExit(f"[colab-sim] the wheel holds {len(inside)} published results, the tree {len(committed)}: "
                          f"check [tool.setuptools.package-data] in pyproject.toml")
-    say(f"built {wheel.name} ({wheel.stat().st_size / 1e6:.2f} MB, {len(inside)} published results inside)")
+    with zipfile.ZipFile(wheel) as z:
+        tests_inside = sorted(n for n in z.namelist() if fnmatch.fnmatch(n, PUBLIC_TESTS_GLOB))
+    tests_committed = sorted(p.relative_to(REPO).as_posix() for p in REPO.glob(PUBLIC_TESTS_GLOB))
+    if tests_inside != tests_committed:
+        raise SystemExit(f"[colab-sim] the wheel holds {len(tests_inside)} public test files of the assignments, the tree "
+                         f"{len(tests_committed)}: check [tool.setuptools.package-data] in pyproject.toml")
+    say(f"built {wheel.name} ({wheel.stat().st_size / 1e6:.2f} MB, {len(inside)} published results and "
+        f"{len(tests_inside)} public test files of the assignments inside)")
     return wheel
 
 
@@ -241,6 +256,17 @@ def run_chapter(entry: dict, timeout: int) -> tuple[bool, float, str]:
     nb = nbformat.read(path, as_version=4)
     before, after = _injected_cells(entry["python"])
     nb.cells = [before, *nb.cells, after]
+    if entry.get("questions"):
+        nb.cells.append(nbformat.v4.new_code_cell(
+            f"{MARK}: grader.check passes every autograded question with the public tests shipped in the wheel\n"
+            "import sys\n"
+            "from nmst_lib.classroom import public_tests_dir\n"
+            f"where = public_tests_dir({entry['name']!r})\n"
+            "assert where.startswith(sys.prefix), ('public tests not from the installed wheel', where)\n"
+            f"for q in {entry['questions']!r}:\n"
+            "    result = grader.check(q)\n"
+            "    assert result.passed_all_public, (q, result)\n"
+            f"print('[colab-sim] grader.check passed', {len(entry['questions'])}, 'questions with tests from', where)\n"))
     os.environ["PATH"] = f"{Path(entry['python']).parent}{os.pathsep}{os.environ['PATH']}"
     # Unix-socket (ipc) transport: the kernel talks to this process without any TCP port.
     # The socket paths must be absolute: the kernel runs in the chapter's folder, this process elsewhere.
@@ -314,6 +340,8 @@ def main(argv=None) -> int:
     parser.add_argument("--chapters", default=None, metavar="LIST",
                         help="comma-separated chapter prefixes or names, e.g. 01,06 [every chapters/*.ipynb]")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell [600]")
+    parser.add_argument("--no-assignments", action="store_true",
+                        help="skip the assignments' instructor editions (run when _build/assignments is built)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (executed notebooks)")
     parser.add_argument("--require-isolation", action="store_true",
                         help="fail when the network cannot be cut (no working unshare)")
@@ -349,6 +377,20 @@ def main(argv=None) -> int:
             shutil.copy2(nb, folder / nb.name)
             chapters.append({"name": nb.stem, "notebook": str(folder / nb.name), "python": str(python),
                              "kernel": write_kernelspec(jupyter_path, nb.stem, python)})
+        index = ASSIGNMENTS_BUILD / "index.json"
+        if not args.no_assignments and not args.chapters and index.is_file():
+            built = json.loads(index.read_text(encoding="utf-8"))["assignments"]
+            for name, info in built.items():
+                nb = ASSIGNMENTS_BUILD / name / "instructor" / f"{name}.ipynb"
+                python = make_runtime(work, name, base)
+                folder = work / "content" / name
+                folder.mkdir(parents=True)
+                shutil.copy2(nb, folder / nb.name)
+                chapters.append({"name": name, "notebook": str(folder / nb.name), "python": str(python),
+                                 "kernel": write_kernelspec(jupyter_path, name, python),
+                                 "questions": [q["name"] for q in info["questions"] if q["kind"] == "autograded"]})
+        elif not args.no_assignments and not args.chapters:
+            say(f"no assignments: {index} is missing (bash scripts/assignments.sh builds them)")
         say(f"{len(chapters)} fresh runtimes without nmst_lib (checked), each chapter alone in {work / 'content'}/*/"
             f" ({time.perf_counter() - started:.0f} s of preparation)")
         prefix, how = isolation_prefix()

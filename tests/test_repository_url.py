@@ -65,3 +65,16 @@ def test_documents_name_only_the_configured_url(name):
     if not path.is_file():
         pytest.skip(f"{name} does not exist")
     assert set(_ours(path.read_text(encoding="utf-8"))) <= {URL}
+
+
+ASSIGNMENT_FILES = sorted((REPO / "assignments").glob("*/*.ipynb")) + [REPO / "assignments" / "requirements.txt",
+                                                                       REPO / "book" / "instructors.md"]
+
+
+@pytest.mark.parametrize("path", ASSIGNMENT_FILES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_the_classroom_kit_installs_from_the_configured_url(path):
+    """The assignments' setup cells (Colab), the autograder's requirements (Gradescope) and the
+    instructor guide install nmst-lib[classroom] from the one configured URL."""
+    text = path.read_text(encoding="utf-8")
+    assert f"nmst-lib[classroom] @ git+{URL}" in text, f"{path.name} does not install nmst-lib[classroom] from {URL}"
+    assert set(_ours(text)) == {URL}

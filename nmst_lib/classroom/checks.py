@@ -62,6 +62,15 @@ def call_student(fn: Callable, *args, name: str | None = None, **kwargs):
     return out
 
 
+def _pair(got, want) -> tuple[str, str]:
+    """``got`` and ``want`` written with as many digits as it takes to see that they differ."""
+    for digits in (4, 8, 12, 17):
+        a, b = fmt(got, digits), fmt(want, digits)
+        if a != b:
+            return a, b
+    return a, b
+
+
 def expect(condition: bool, message: str) -> None:
     """``assert condition, message`` that survives ``python -O``."""
     if not bool(condition):
@@ -72,7 +81,8 @@ def expect_close(got: float, want: float, what: str, where: str, rtol: float = 1
     """``got`` must equal ``want`` to ``rtol``/``atol``; the message names the quantity and the box."""
     got_f, want_f = float(got), float(want)
     ok = math.isclose(got_f, want_f, rel_tol=rtol, abs_tol=atol) or (math.isinf(got_f) and got_f == want_f)
-    expect(ok, f"{what} is {fmt(got_f)}, but {where} gives {fmt(want_f)}")
+    a, b = _pair(got_f, want_f)
+    expect(ok, f"{what} is {a}, but {where} gives {b}")
 
 
 def expect_tensor_close(got, want: torch.Tensor, what: str, where: str, rtol: float = 1e-5,
@@ -95,8 +105,8 @@ def expect_tensor_close(got, want: torch.Tensor, what: str, where: str, rtol: fl
     diff = torch.where(both, (got - want).abs() - (atol + rtol * want.abs()), torch.zeros_like(want))
     if bool((diff > 0).any()):
         idx = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
-        raise AssertionError(f"{what}[{', '.join(map(str, idx))}] is {fmt(got[idx])}, but {where} gives "
-                             f"{fmt(want[idx])}")
+        a, b = _pair(got[idx].item(), want[idx].item())
+        raise AssertionError(f"{what}[{', '.join(map(str, idx))}] is {a}, but {where} gives {b}")
     same_inf = torch.where(both, torch.ones_like(want, dtype=torch.bool), got == want)
     expect(bool(same_inf.all()), f"{what} has infinities where {where} does not")
 

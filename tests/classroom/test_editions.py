@@ -26,19 +26,33 @@ def _src(cell) -> str:
 
 
 def _solution_lines(master: Path) -> list[str]:
-    """The distinctive code lines between `# BEGIN SOLUTION` and `# END SOLUTION` in the master."""
-    lines, inside = [], False
+    """The distinctive code lines between `# BEGIN SOLUTION` and `# END SOLUTION` in the master that
+    the student may not see: not also given elsewhere in the master (a statement's recipe, given code)."""
+    hidden, visible, inside, in_block = [], set(), False, False
     for cell in _cells(master):
-        if cell["cell_type"] != "code":
+        text = _src(cell)
+        first = text.strip().splitlines()[0].strip() if text.strip() else ""
+        if cell["cell_type"] == "raw":
+            if re.match(r"#\s*BEGIN SOLUTION", first):
+                in_block = True
+            elif re.match(r"#\s*END SOLUTION", first):
+                in_block = False
             continue
-        for line in _src(cell).splitlines():
+        if cell["cell_type"] == "markdown":
+            if not in_block:
+                visible.update(line.strip() for line in text.splitlines())
+            continue
+        for line in text.splitlines():
             if re.match(r"\s*#\s*BEGIN SOLUTION", line):
                 inside = True
             elif re.match(r"\s*#\s*END SOLUTION", line):
                 inside = False
-            elif inside and len(line.strip()) > 25 and not line.strip().startswith("#"):
-                lines.append(line.strip())
-    return lines
+            elif inside:
+                if len(line.strip()) > 25 and not line.strip().startswith("#"):
+                    hidden.append(line.strip())
+            else:
+                visible.add(line.strip())
+    return [line for line in hidden if line not in visible and not any(line in v for v in visible)]
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
