@@ -310,7 +310,8 @@ def check_rnt_at_max_len(rnt_curve_from_tokens) -> None:
     never = float((~(tokens == 7).any(1)).double().mean())
     got = _student_rnt(rnt_curve_from_tokens, tokens, 7, [25, 3])
     expect_close(float(got[0]), never, "r_nt(max_len = 25)",
-                 "the fraction of rows with no eos in all 25 generated tokens (" + RNT_WHERE + ")", atol=1e-12)
+                 "the fraction of rows with no eos in all 25 generated tokens (" + RNT_WHERE + "; Ls = [25, 3], and the "
+                 "i-th result belongs to Ls[i])", atol=1e-12)
     expect_close(float(got[1]), float(_library_rnt(tokens, 7, [3])[0]), "r_nt(3) (second entry of Ls = [25, 3])",
                  RNT_WHERE + "; the i-th result belongs to Ls[i]", atol=1e-12)
 
