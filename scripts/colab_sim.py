@@ -37,6 +37,8 @@ Markdown) says "Showing the cpu profile" (the profile name may be in backticks).
 assignment's instructor edition (solutions filled in) runs the same way, alone, and an injected
 last cell runs ``grader.check`` on every autograded question: the public tests must come from the
 wheel (``nmst_lib.classroom.public_tests_dir``: Colab has no ``tests/`` folder) and all pass.
+Assignment 3's experiment reads WikiText-2, which Colab gets from the Hugging Face hub; here the
+local copy (``NMST_DATA_DIR``, when set) stands in for the hub in the assignments' kernels only.
 ``--no-assignments`` skips them.
 
 Usage: ``python scripts/colab_sim.py [--chapters 01,06] [--no-assignments] [--keep] [--require-isolation]``.
@@ -268,6 +270,8 @@ def run_chapter(entry: dict, timeout: int) -> tuple[bool, float, str]:
             "    assert result.passed_all_public, (q, result)\n"
             f"print('[colab-sim] grader.check passed', {len(entry['questions'])}, 'questions with tests from', where)\n"))
     os.environ["PATH"] = f"{Path(entry['python']).parent}{os.pathsep}{os.environ['PATH']}"
+    saved = {k: os.environ.get(k) for k in entry.get("env", {})}
+    os.environ.update(entry.get("env", {}))
     # Unix-socket (ipc) transport: the kernel talks to this process without any TCP port.
     # The socket paths must be absolute: the kernel runs in the chapter's folder, this process elsewhere.
     km = KernelManager(kernel_name=entry["kernel"], transport="ipc",
@@ -282,6 +286,11 @@ def run_chapter(entry: dict, timeout: int) -> tuple[bool, float, str]:
         ok, why = False, str(err)
     finally:
         os.environ["PATH"] = os.environ["PATH"].split(os.pathsep, 1)[1]
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         if km.has_kernel:  # we made the kernel manager, so nbclient leaves the kernel to us
             km.shutdown_kernel(now=True)
     seconds = time.perf_counter() - start
@@ -388,7 +397,11 @@ def main(argv=None) -> int:
                 shutil.copy2(nb, folder / nb.name)
                 chapters.append({"name": name, "notebook": str(folder / nb.name), "python": str(python),
                                  "kernel": write_kernelspec(jupyter_path, name, python),
-                                 "questions": [q["name"] for q in info["questions"] if q["kind"] == "autograded"]})
+                                 "questions": [q["name"] for q in info["questions"] if q["kind"] == "autograded"],
+                                 # Assignment 3's experiment reads WikiText-2, which Colab gets from the hub;
+                                 # with the network cut, the local copy stands in for the hub (and only here)
+                                 "env": ({"NMST_DATA_DIR": os.environ["NMST_DATA_DIR"]}
+                                         if os.environ.get("NMST_DATA_DIR") else {})})
         elif not args.no_assignments and not args.chapters:
             say(f"no assignments: {index} is missing (bash scripts/assignments.sh builds them)")
         say(f"{len(chapters)} fresh runtimes without nmst_lib (checked), each chapter alone in {work / 'content'}/*/"
