@@ -21,6 +21,15 @@ import importlib
 import os
 
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (derandomize), so CI cannot go red by chance:
+# twice a random draw found a rounding tolerance one ulp too tight (session 7's note) and failed a
+# CI run that had passed before. Explore new examples with HYPOTHESIS_PROFILE=explore, and fix what
+# it finds before committing.
+settings.register_profile("deterministic", derandomize=True, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 from datasources import (
     FIXTURE_DATA_DIR,
