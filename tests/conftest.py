@@ -31,6 +31,10 @@ settings.register_profile("deterministic", derandomize=True, print_blob=True)
 settings.register_profile("explore", derandomize=False, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
+# tests/assignments/ holds deliberately wrong student submissions: tests/classroom grades them with the
+# autograder; they are not notebooks for nbval to execute (`pytest tests --nbval-lax` would collect them).
+collect_ignore_glob = ["assignments/*.ipynb"]
+
 from datasources import (
     FIXTURE_DATA_DIR,
     FIXTURE_WIKITEXT_DIR,
