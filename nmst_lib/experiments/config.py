@@ -628,21 +628,25 @@ DECODING_FIELDS = ("decoders", "decode_max_len", "decode_max_len_nongreedy", "nu
 """Fields that change only what is measured after training (not the trained weights)."""
 
 
+def canonical_hash(payload: dict) -> str:
+    """sha256 (first 16 hex digits) of ``payload`` as canonical JSON (sorted keys, no spaces): the
+    one recipe behind every config and result hash of the experiments (Chapters 6-9)."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 def training_hash(config: ExperimentConfig) -> str:
     """Like :func:`config_hash` but over the fields that determine the trained weights only
     (everything except :data:`DECODING_FIELDS` and ``profile``): a checkpoint can be decoded
     under any decoding settings."""
     d = {k: v for k, v in config.to_dict().items() if k not in DECODING_FIELDS and k != "profile"}
-    text = json.dumps({"schema": SCHEMA_VERSION, "training": d}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return canonical_hash({"schema": SCHEMA_VERSION, "training": d})
 
 
 def config_hash(config: ExperimentConfig) -> str:
     """sha256 (first 16 hex digits) of the canonical JSON of every field plus
     :data:`SCHEMA_VERSION`: equal hashes mean the same experiment with the same code semantics."""
-    payload = {"schema": SCHEMA_VERSION, "config": config.to_dict()}
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return canonical_hash({"schema": SCHEMA_VERSION, "config": config.to_dict()})
 
 
 def config_from_dict(d: dict) -> ExperimentConfig:

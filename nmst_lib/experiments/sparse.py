@@ -48,7 +48,6 @@ CLI: ``python -m nmst_lib sparse --profile {quick,cpu,paper}``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -67,6 +66,7 @@ from .config import (
     NLL_HEADS,
     PROFILES,
     ExperimentConfig,
+    canonical_hash,
     config_from_dict,
     make_config,
     parse_decoder,
@@ -263,9 +263,7 @@ class SparseConfig:
 def sparse_config_hash(config: SparseConfig) -> str:
     """sha256 (16 hex digits) of the canonical JSON of the config (model and evaluation) plus the
     sparse schema version: equal hashes = the same numbers."""
-    payload = {"schema": _SPARSE_SCHEMA_VERSION, "config": config.to_dict()}
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return canonical_hash({"schema": _SPARSE_SCHEMA_VERSION, "config": config.to_dict()})
 
 
 def sparse_config_from_dict(d: dict) -> SparseConfig:

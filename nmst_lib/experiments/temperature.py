@@ -51,7 +51,6 @@ CLI: ``python -m nmst_lib temperature --profile {quick,cpu,paper}``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import statistics
@@ -69,6 +68,7 @@ from .config import (
     FEATURED_EPS,
     PROFILES,
     ExperimentConfig,
+    canonical_hash,
     config_from_dict,
     make_config,
     training_hash,
@@ -245,9 +245,7 @@ def temperature_config_hash(config: TemperatureConfig) -> str:
     Chapter 9 (09_temperature) result schema version: equal hashes = the same numbers."""
     if not isinstance(config, TemperatureConfig):
         raise TypeError(f"expected a TemperatureConfig, got {type(config).__name__}")
-    payload = {"schema": _TEMPERATURE_SCHEMA_VERSION, "config": config.to_dict()}
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return canonical_hash({"schema": _TEMPERATURE_SCHEMA_VERSION, "config": config.to_dict()})
 
 
 def temperature_config_from_dict(d: dict) -> TemperatureConfig:
