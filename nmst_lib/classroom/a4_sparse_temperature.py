@@ -45,38 +45,12 @@ _THM81 = "Theorem 8.1 (alpha = 2: p = [z - tau]_+), Chapter 8"
 _THM82 = "Theorem 8.2 (sort-based sparsemax), Chapter 8"
 
 
-def _digits(a: float, b: float) -> int:
-    """Enough significant digits to tell ``a`` from ``b`` in a message (4 when 4 suffice)."""
-    for d in (4, 6, 8, 10, 12, 14, 17):
-        if C.fmt(a, d) != C.fmt(b, d):
-            return d
-    return 17
-
-
 def _close(got, want, what: str, where: str, rtol: float = 1e-6, atol: float = 1e-12) -> None:
-    """``C.expect_close`` whose message shows as many digits as it takes to see the difference."""
-    got_f, want_f = float(got), float(want)
-    if math.isinf(want_f) and got_f == want_f:
-        return
-    if not math.isclose(got_f, want_f, rel_tol=rtol, abs_tol=atol):
-        d = _digits(got_f, want_f)
-        raise AssertionError(f"{what} is {C.fmt(got_f, d)}, but {where} gives {C.fmt(want_f, d)}")
+    """:func:`~nmst_lib.classroom.checks.expect_close` with this module's default tolerances."""
+    C.expect_close(got, want, what, where, rtol=rtol, atol=atol)
 
 
-def _tclose(got, want: torch.Tensor, what: str, where: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """``C.expect_tensor_close`` (shape, infinities, worst entry), with enough digits in the message."""
-    try:
-        C.expect_tensor_close(got, want, what, where, rtol=rtol, atol=atol)
-    except AssertionError as err:
-        got_t = torch.as_tensor(got).detach().to(want.dtype)
-        if tuple(got_t.shape) != tuple(want.shape) or not bool((torch.isfinite(got_t) == torch.isfinite(want)).all()):
-            raise
-        diff = (got_t - want).abs() - (atol + rtol * want.abs())
-        idx = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
-        g, w = float(got_t[idx]), float(want[idx])
-        d = _digits(g, w)
-        raise AssertionError(f"{what}[{', '.join(map(str, idx))}] is {C.fmt(g, d)}, but {where} gives "
-                             f"{C.fmt(w, d)}") from None
+_tclose = C.expect_tensor_close
 
 
 def _callable(fn, name: str) -> None:

@@ -64,7 +64,7 @@ def call_student(fn: Callable, *args, name: str | None = None, **kwargs):
 
 def _pair(got, want) -> tuple[str, str]:
     """``got`` and ``want`` written with as many digits as it takes to see that they differ."""
-    for digits in (4, 8, 12, 17):
+    for digits in (4, 6, 8, 10, 12, 14, 17):
         a, b = fmt(got, digits), fmt(want, digits)
         if a != b:
             return a, b
