@@ -19,6 +19,8 @@ eos state in beam search).
 
 from __future__ import annotations
 
+import functools
+
 import json
 import os
 import time
@@ -314,6 +316,26 @@ class GPT2State(NamedTuple):
     head: torch.Tensor
 
 
+def _cache_keyword(model) -> str:
+    return _cache_keyword_of(type(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_keyword_of(model_type) -> str:
+    """The name under which this ``transformers`` version takes a key/value cache: ``cache`` from
+    transformers 5.2x on, ``past_key_values`` before (the old name still works there but warns on
+    every call, which put a FutureWarning on Chapter 7's page)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+
+
+def _cache_of(output):
+    """The key/value cache of a model output under its current name (see :func:`_cache_keyword`)."""
+    fields = getattr(type(output), "__dataclass_fields__", {})
+    return output.cache if "cache" in fields else output.past_key_values
+
+
 class GPT2LM(nn.Module):
     """GPT-2 (``transformers.GPT2LMHeadModel``) with an output layer from :mod:`nmst_lib.heads`:
     the NMST paper's WikiText-103 model (Choi, Cho, Lee (2023) Sec. 4.2, App. D; Chapter 6,
@@ -477,7 +499,7 @@ class GPT2LM(nn.Module):
         out = self.model(input_ids=contexts, use_cache=True)
         head_state = self.head.initial_step_state(contexts.shape[0], self.device)
         log_probs, head_state = self._head_step(out.logits[:, -1], head_state)
-        return GPT2State(out.past_key_values, head_state), log_probs
+        return GPT2State(_cache_of(out), head_state), log_probs
 
     @torch.no_grad()
     def step(self, state: GPT2State, tokens: torch.Tensor):
@@ -486,9 +508,10 @@ class GPT2LM(nn.Module):
         if state.cache.get_seq_length() >= self.max_positions:
             raise ValueError(f"GPT-2 attends to at most {self.max_positions} positions (context + continuation); "
                              "decode with a smaller max_len")
-        out = self.model(input_ids=tokens.to(self.device)[:, None], past_key_values=state.cache, use_cache=True)
+        cache = {_cache_keyword(self.model): state.cache}
+        out = self.model(input_ids=tokens.to(self.device)[:, None], use_cache=True, **cache)
         log_probs, head_state = self._head_step(out.logits[:, -1], state.head)
-        return GPT2State(out.past_key_values, head_state), log_probs
+        return GPT2State(_cache_of(out), head_state), log_probs
 
     def select(self, state: GPT2State, index: torch.Tensor) -> GPT2State:
         """Decoding protocol: rows ``index`` of every layer's keys and values, and of the head state.

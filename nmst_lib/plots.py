@@ -54,6 +54,9 @@ __all__ = [
     "EOS_SHAPES",
     "Control",
     "use_book_style",
+    "COLUMN_WIDTH",
+    "FIGURE_DPI",
+    "column_figure",
     "eos_trajectory",
     "eos_probabilities",
     "plot_eos_probabilities",
@@ -140,11 +143,21 @@ _T_LABEL = "step t (tokens)"
 _L_LABEL = "maximal length L (generated tokens)"
 
 
+#: Width of the book's text column in inches: figures are drawn at this width and
+#: :data:`FIGURE_DPI`, i.e. 670 pixels, the width the website's column shows them at
+#: (672 CSS px at a 1,280 px window), so their text is printed at the size it was set in.
+COLUMN_WIDTH = 6.7
+#: Resolution of every figure of the book (inline PNGs and explorer frames).
+FIGURE_DPI = 100
+
+
 def use_book_style() -> None:
     """Set matplotlib's defaults to the book's style: Okabe-Ito colours, light grids, no top/right spines.
 
-    Called by :func:`nmst_lib.notebook.setup_notebook` in the first cell of every chapter
-    (Chapter 1, ``01_decoding``, onwards).
+    Figures are :data:`COLUMN_WIDTH` inches wide at :data:`FIGURE_DPI` (the width of the
+    website's text column) with 10-point text, so nothing is shrunk on the page. Called by
+    :func:`nmst_lib.notebook.setup_notebook` in the first cell of every chapter (Chapter 1,
+    ``01_decoding``, onwards).
     """
     matplotlib.rcParams.update(
         {
@@ -153,14 +166,43 @@ def use_book_style() -> None:
             "grid.alpha": 0.3,
             "axes.spines.top": False,
             "axes.spines.right": False,
-            "figure.figsize": (7.0, 3.8),
-            "figure.dpi": 100,
-            "savefig.dpi": 100,
+            "figure.figsize": (COLUMN_WIDTH, 3.4),
+            "figure.dpi": FIGURE_DPI,
+            "savefig.dpi": FIGURE_DPI,
             "savefig.bbox": "tight",
-            "font.size": 11,
+            "font.size": 10,
             "legend.frameon": False,
         }
     )
+
+
+def column_figure(nrows: int = 1, ncols: int = 1, *, panel_height: float = 2.9, legend_width: float = 0.0,
+                  **subplots):
+    """A figure one text column wide: ``nrows`` x ``ncols`` panels, each ``panel_height`` inches tall.
+
+    The book's figures are drawn at the width the page shows them (:data:`COLUMN_WIDTH`), so a
+    figure with several panels stacks them in rows of at most two rather than shrinking a long
+    row. A legend placed outside the axes on the right widens the saved figure (the book saves
+    with a tight bounding box): ``legend_width`` inches are then taken off the figure's width so
+    that figure and legend together still fit the column. Extra keyword arguments go to
+    :func:`matplotlib.pyplot.subplots` (``sharey``, ``squeeze``, ...). Returns ``(fig, axes)``
+    as ``plt.subplots`` does.
+
+    Raises:
+        ValueError: ``nrows`` or ``ncols`` is not a positive integer, ``ncols`` > 2 (a panel
+            narrower than half the column cannot be read), ``panel_height`` is not positive, or
+            ``legend_width`` is outside [0, COLUMN_WIDTH / 2].
+    """
+    nrows = check_positive_int(nrows, "nrows")
+    ncols = check_positive_int(ncols, "ncols")
+    if ncols > 2:
+        raise ValueError(f"ncols={ncols}: at most 2 panels fit side by side in the column; "
+                         f"stack the rest in more rows")
+    if not isinstance(panel_height, numbers.Real) or not panel_height > 0:
+        raise ValueError(f"panel_height must be a positive number of inches, got {panel_height!r}")
+    if "figsize" in subplots:
+        raise ValueError("column_figure sets figsize itself (COLUMN_WIDTH wide); pass panel_height instead")
+    return plt.subplots(nrows, ncols, figsize=(COLUMN_WIDTH - legend_width, panel_height * nrows), **subplots)
 
 
 # ---------------------------------------------------------------------------------------
@@ -402,8 +444,8 @@ def _figure_and_axes(ax):
     """A new figure laid out for a legend on the right (fixed margins: no tight-bbox pass when
     an explorer renders dozens of frames), or the figure of ``ax``."""
     if ax is None:
-        fig, ax = plt.subplots(figsize=(8.6, 3.6))
-        fig.subplots_adjust(left=0.08, right=0.64, bottom=0.15, top=0.9)
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.4))
+        fig.subplots_adjust(left=0.1, right=0.58, bottom=0.15, top=0.9)
     else:
         fig = ax.figure
     return fig, ax
@@ -478,8 +520,9 @@ def _control_html(index: int, control: Control) -> str:
         options = "".join(
             f'<option value="{i}"{" selected" if i == control.initial else ""}>{text}</option>' for i, text in enumerate(shown)
         )
-        widget = f'<select data-control="{index}" aria-label="{label}">{options}</select>'
-    return f'<label style="margin-right: 1.5em; white-space: nowrap;">{label} {widget}</label>'
+        widget = f'<select data-control="{index}" aria-label="{label}" style="max-width: 100%;">{options}</select>'
+    # an inline block no wider than the column: on a phone a long menu wraps under its label
+    return f'<label style="display: inline-block; max-width: 100%; margin-right: 1.5em;">{label} {widget}</label>'
 
 
 _EXPLORER_JS = """
@@ -517,7 +560,7 @@ def explorer_html(
     *,
     alt: str = "",
     caption: str = "",
-    dpi: int = 80,
+    dpi: int = FIGURE_DPI,
 ):
     """A self-contained HTML figure with sliders and menus that works without a kernel.
 
@@ -564,7 +607,8 @@ def explorer_html(
     # (JSON.parse gives the same strings back, and the script sets them with textContent).
     payload = json.dumps(data).replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
     alt_text = html.escape(alt or "figure; move the controls above it to change it")
-    caption_html = f'<div style="font-size: 0.9em; color: #444;">{html.escape(caption)}</div>' if caption else ""
+    caption_html = (f'<div class="nmst-explorer-caption" style="font-size: 0.9em;">{html.escape(caption)}</div>'
+                    if caption else "")
     body = (
         f'<div class="nmst-explorer" id="{explorer_id}" data-frames="{len(frames)}" style="margin: 0.5em 0;">'
         f'<div class="nmst-explorer-controls" style="margin-bottom: 0.3em;">'
@@ -590,7 +634,7 @@ def eos_explorer_html(
     shapes: Sequence[str] = tuple(EOS_SHAPES),
     *,
     initial_eps: float | None = 1e-3,
-    dpi: int = 80,
+    dpi: int = FIGURE_DPI,
     **plot_kwargs,
 ):
     """The eos-probability explorer for the static website: sliders for eps and amplitude, a menu for lambda(t).
@@ -755,7 +799,7 @@ def rnt_explorer_html(
     *,
     control_names: Sequence[str] | None = None,
     title: str | None = None,
-    dpi: int = 80,
+    dpi: int = FIGURE_DPI,
     y_floor: float = 1e-6,
 ):
     """r_nt(L) curves for many settings on the static website: menus or sliders pick the setting.
@@ -1140,8 +1184,8 @@ def support_size_plot(
     if eos_id is not None:
         eos_id = check_index(eos_id, scores.shape[-1], "eos_id")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(7.0, 3.6))
-        fig.subplots_adjust(left=0.11, right=0.7, bottom=0.15, top=0.9)
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.4))
+        fig.subplots_adjust(left=0.11, right=0.66, bottom=0.15, top=0.9)
     else:
         fig = ax.figure
     x = np.asarray(alphas)
@@ -1240,7 +1284,7 @@ def entmax_alpha_explorer_html(
     eos_id: int | None = None,
     labels: Sequence[str] | None = None,
     initial_alpha: float | None = None,
-    dpi: int = 80,
+    dpi: int = FIGURE_DPI,
 ):
     """The alpha explorer of Chapter 8 (``08_sparse``) for the static website.
 
@@ -1403,9 +1447,9 @@ def eos_token_plot(
     if eps is not None:
         eps = check_eps(eps)
     if ax is None:
-        width = max(8.6, min(11.0, 3.2 + 0.13 * n))
+        width = COLUMN_WIDTH
         fig, ax = plt.subplots(figsize=(width, 3.7))
-        fig.subplots_adjust(left=0.8 / width, right=1 - 1.75 / width, bottom=0.34, top=0.88)
+        fig.subplots_adjust(left=0.75 / width, right=1 - 1.45 / width, bottom=0.3, top=0.88)
     else:
         fig = ax.figure
     steps = np.arange(1, n + 1)
@@ -1449,7 +1493,7 @@ def eos_token_explorer_html(
     label_words: int = 8,
     initial_head: str = "nmst",
     initial_eps: float | None = None,
-    dpi: int = 80,
+    dpi: int = FIGURE_DPI,
 ):
     """The p(eos | t) explorer of Chapter 7 (``07_gpt2``) for the static website: choose the
     validation line, the output layer and eps (Choi, Cho, Lee 2023, Figs. 3 and 6).
@@ -1518,7 +1562,7 @@ def eos_token_explorer_html(
         chosen = {k: data["p_eos"][k] for k in wanted if k in data["p_eos"]}
         title = "context: " + " ".join(data["context"].split())
         if not any(k[0] != "va" for k in chosen):
-            fig, ax = plt.subplots(figsize=(8.6, 3.7))
+            fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.7))
             ax.text(0.5, 0.5, f"no stored result for {head.upper()} at ε = {_eps_text(eps)} on this line",
                     ha="center", va="center", transform=ax.transAxes)
             ax.set_axis_off()
@@ -1585,7 +1629,7 @@ def eps_tradeoff_plot(
     if L is not None:
         L = check_positive_int(L, "L")
     if axes is None:
-        fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.4))
+        fig, axes = plt.subplots(2, 1, figsize=(COLUMN_WIDTH, 5.6))
     else:
         axes = list(np.ravel(axes))
         if len(axes) != 2:
@@ -1655,8 +1699,8 @@ def length_histogram_plot(
     bins = check_positive_int(bins, "bins")
     styles = dict(styles or {})
     if ax is None:
-        fig, ax = plt.subplots(figsize=(8.6, 3.4))
-        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.9)
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.4))
+        fig.subplots_adjust(left=0.1, right=0.98, bottom=0.16, top=0.9)
     else:
         fig = ax.figure
     edges = np.linspace(0.5, max_len + 0.5, bins + 1)
@@ -1767,8 +1811,8 @@ def temperature_over_training_plot(
     if highlight is not None:
         highlight = check_index(highlight, temps.shape[1], "highlight")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(8.2, 3.8))
-        fig.subplots_adjust(left=0.1, right=0.86 if colorbar else 0.97, bottom=0.14, top=0.9)
+        fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.6))
+        fig.subplots_adjust(left=0.11, right=0.84 if colorbar else 0.97, bottom=0.14, top=0.9)
     else:
         fig = ax.figure
     cmap = plt.get_cmap(TEMPERATURE_CMAP)
@@ -1950,7 +1994,7 @@ def temperature_explorer_html(
     max_choices: int = 16,
     initial_token: str | None = None,
     offset: float | None = None,
-    dpi: int = 70,
+    dpi: int = FIGURE_DPI,
 ):
     """"Choose the token to follow": the temperature of one token over training, with its frequency
     rank, for the static website (Chapter 9, ``09_temperature``; *Contextual Temperature for
@@ -2019,7 +2063,7 @@ def temperature_explorer_html(
         label = model if model is not None else next(iter(checked))
         epochs, temps, ranks, tokens = checked[label]
         if token not in tokens:
-            fig, ax = plt.subplots(figsize=(8.2, 3.8))
+            fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.6))
             ax.text(0.5, 0.5, f"{label} does not track {token!r}", ha="center", va="center", transform=ax.transAxes)
             ax.set_axis_off()
             return fig

@@ -36,6 +36,8 @@ only implements Jupyter's ``_repr_html_`` protocol.
 
 from __future__ import annotations
 
+import re
+
 import html
 import math
 import numbers
@@ -65,6 +67,7 @@ __all__ = [
     "repeating_tail",
     "training_status",
     "command_template",
+    "shown_command",
     "provenance_rows",
     "ProvenanceSummary",
     "provenance_summary",
@@ -174,10 +177,12 @@ def html_table(
         wrap = "" if header else " white-space: nowrap;"  # short cells: one line each, the headers may wrap
         return f' style="{pad} text-align: {align};{wrap}"'
 
-    out = ['<div class="nmst-table-wrapper" style="overflow-x: auto; max-width: 100%;">'
+    # The caption stays outside the scrolling box: on a narrow screen a wide table scrolls inside
+    # its own box and its caption stays in the column, whole.
+    out = [f'<p class="nmst-table-caption" style="margin: 0.5em 0 0 0; font-size: 0.9em;">{escape(caption)}</p>'
+           if caption else "",
+           '<div class="nmst-table-wrapper" style="overflow-x: auto; max-width: 100%;">'
            f'<table class="nmst-table" style="font-size: {escape(font_size)}; margin: 0.5em 0;">']
-    if caption:
-        out.append(f"<caption>{escape(caption)}</caption>")
     out.append("<thead>")
     if grouped:
         out.append("<tr>")
@@ -560,10 +565,40 @@ def _split_command(command: str) -> tuple[list[str], list[tuple[str, str | None]
     return head, flags
 
 
+_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+def _placeholder(name: str) -> str:
+    return f"<{name.lstrip('-').replace('-', '_').upper()}>"
+
+
+def _without_machine_paths(head: list[str], flags: list[tuple[str, str | None]]):
+    """A stamped command with every absolute path (a folder of the machine that ran it, e.g.
+    ``--out /tmp/sparse-results``) replaced by a placeholder named after its flag (``--out
+    <OUT>``), and the interpreter's own path by ``python``: a page shows how to rerun the
+    command, never where the maintainers' files were."""
+    def absolute(value):
+        return value is not None and (value.startswith("/") or value.startswith("~") or bool(_WINDOWS_PATH.match(value)))
+
+    head = ["python" if i == 0 and absolute(word) and "python" in word.rsplit("/", 1)[-1] else
+            ("<PATH>" if absolute(word) else word) for i, word in enumerate(head)]
+    return head, [(name, _placeholder(name) if absolute(value) else value) for name, value in flags]
+
+
+def shown_command(command: str) -> str:
+    """A stamped command line as a page shows it: absolute paths replaced by placeholders named
+    after their flag (``--out /tmp/x`` -> ``--out <OUT>``; see :func:`command_template`)."""
+    if not command:
+        return ""
+    head, flags = _without_machine_paths(*_split_command(command))
+    return " ".join(head + [name if value is None else f"{name} {value}" for name, value in flags])
+
+
 def command_template(commands: Iterable[str]) -> str:
     """One line that describes many command lines: the common leading words, then every
     ``--flag`` in order of first appearance; a flag whose value differs between commands shows
     ``<FLAG>`` instead of the value, and a flag that only some commands have is in brackets.
+    Absolute paths (folders of the machine that ran the command) become ``<FLAG>`` too.
 
     ``["run --arch rnn --seed 0", "run --arch lstm --seed 0 --eps 1e-4"]`` gives
     ``"run --arch <ARCH> --seed 0 [--eps 1e-4]"``. Commands whose leading words differ give
@@ -572,7 +607,7 @@ def command_template(commands: Iterable[str]) -> str:
     cmds = [c for c in commands if c]
     if not cmds:
         return ""
-    parsed = [_split_command(c) for c in cmds]
+    parsed = [_without_machine_paths(*_split_command(c)) for c in cmds]
     heads = {tuple(h) for h, _ in parsed}
     if len(heads) > 1:
         return "<several commands>"
@@ -592,7 +627,7 @@ def command_template(commands: Iterable[str]) -> str:
             (v,) = vals
             shown = name if v is None else f"{name} {v}"
         else:
-            shown = f"{name} <{name.lstrip('-').replace('-', '_').upper()}>"
+            shown = f"{name} {_placeholder(name)}"
         parts.append(shown if len(present) == len(per_cmd) else f"[{shown}]")
     return " ".join(parts)
 
@@ -638,7 +673,7 @@ def provenance_rows(results: Iterable[Mapping]) -> list[dict]:
             "training (s)": round(float(train_s)) if train_s is not None else "",
             "resumed": f"from epoch {resumed['epoch']}" if isinstance(resumed, Mapping) and "epoch" in resumed
             else ("" if not resumed else str(resumed)),
-            "command": prov.get("command", ""),
+            "command": shown_command(prov.get("command", "")),
         })
     return rows
 

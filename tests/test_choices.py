@@ -42,7 +42,10 @@ def test_describe_results_says_local_and_counts_what_is_not_shown(committed, tmp
     missing = load_result(make_config("quick"), tmp_path)
     text = describe_results([local, committed[1], missing])
     assert "1 published with the library" in text and "1 from a local results folder" in text
-    assert str(tmp_path / "wikitext2") in text and "1 MISSING" in text
+    from nmst_lib.experiments.choices import shown_folder
+
+    assert f"`{shown_folder(tmp_path / 'wikitext2')}`" in text and "1 MISSING" in text
+    assert str(tmp_path) not in text  # no absolute path of this machine
     assert describe_results([missing]).startswith("**No result is shown:**")
 
 
@@ -110,3 +113,21 @@ def test_run_choices_without_and_with_a_gpu(committed):
     gpu = run_choices(committed, "cuda", measure=False)
     assert "The paper's settings on this GPU" in gpu and "Estimate (scaled) for the 180 runs" in gpu
     assert "The longest single run" in gpu
+
+
+def test_shown_folder_names_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
+    """A page names the published folder inside the package and other folders relatively, never by
+    the absolute path of the machine that built it."""
+    from nmst_lib.experiments import published_results_dir
+    from nmst_lib.experiments.choices import shown_folder
+
+    assert shown_folder(published_results_dir() / "gpt2") == "nmst_lib/published_results/gpt2"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    assert shown_folder(tmp_path / "runs" / "a") == "./runs/a"
+    monkeypatch.setenv("HOME", str(tmp_path / "runs"))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert shown_folder(tmp_path / "runs" / "a") == "~/a"
+    shown = shown_folder("/somewhere/deep/inside/x")
+    assert shown == ".../inside/x" and not shown.startswith("/")

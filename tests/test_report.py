@@ -30,10 +30,13 @@ def test_html_table_escapes_every_cell_header_and_caption():
         assert raw not in out
     assert "&lt;unk&gt; , &lt;unk&gt;" in out and "&lt;eos&gt;" in out and "&lt;b&gt;col&lt;/b&gt;" in out
     assert "12,345" in out  # integers get thousands separators
-    assert out.count("<tr>") == 3 and "<caption>&lt;unk&gt; table</caption>" in out
+    assert out.count("<tr>") == 3 and 'class="nmst-table-caption"' in out and "&lt;unk&gt; table</p>" in out
+    # the caption is outside the box that scrolls: it stays whole in the column on a phone
+    assert out.index("nmst-table-caption") < out.index("nmst-table-wrapper")
     assert "pre-wrap" in out  # the text column wraps and keeps whitespace
     assert out.count("nowrap") == 2  # the short cells stay on one line (headers may wrap)
-    assert out.startswith('<div class="nmst-table-wrapper"') and out.endswith("</table></div>")
+    assert out.startswith('<p class="nmst-table-caption"') and out.endswith("</table></div>")
+    assert report.html_table(rows).startswith('<div class="nmst-table-wrapper"')  # no caption: no paragraph
 
 
 def test_html_table_grouped_headers_span_consecutive_columns():
@@ -332,3 +335,28 @@ def test_experiment_figure_helpers_draw_what_they_are_given():
     with pytest.raises(ValueError):
         plots.eos_trace_plot(["a"], {"ST": [0.1, 0.2]}, ax=ax)
     plt.close(fig)
+
+
+def test_command_template_shows_no_path_of_the_machine_that_ran_it():
+    """A stamped command's absolute folders (and the interpreter's path) become placeholders named
+    after their flag, so a page shows how to rerun it and nothing of the maintainers' machine."""
+    from nmst_lib.report import command_template
+
+    commands = ["/work/main/.venv/bin/python -m nmst_lib sparse --only a --out /tmp/sparse-results --checkpoint-dir /tmp/c1",
+                "/work/main/.venv/bin/python -m nmst_lib sparse --only b --out /tmp/sparse-results --checkpoint-dir /tmp/c2"]
+    line = command_template(commands)
+    assert line == "python -m nmst_lib sparse --only <ONLY> --out <OUT> --checkpoint-dir <CHECKPOINT_DIR>"
+    assert command_template(["python -m nmst_lib run --out C:\\results --seed 0"]) == \
+        "python -m nmst_lib run --out <OUT> --seed 0"
+    # relative paths and plain values are kept as they were
+    assert command_template(["python -m nmst_lib run --out results/x --seed 0"]) == \
+        "python -m nmst_lib run --out results/x --seed 0"
+
+
+def test_provenance_rows_show_commands_without_machine_paths():
+    from nmst_lib.report import provenance_rows, shown_command
+
+    stamped = "python -m nmst_lib gpt2 --only st --out /tmp/gpt2-results --threads 1"
+    assert shown_command(stamped) == "python -m nmst_lib gpt2 --only st --out <OUT> --threads 1"
+    rows = provenance_rows([{"key": "k", "provenance": {"command": stamped}}])
+    assert rows[0]["command"] == "python -m nmst_lib gpt2 --only st --out <OUT> --threads 1"

@@ -26,6 +26,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -39,6 +40,7 @@ __all__ = [
     "describe_results",
     "estimate_profile_time",
     "run_choices",
+    "shown_folder",
 ]
 
 WIKITEXT2_SIZES = {
@@ -92,6 +94,24 @@ def _span(lo: float, hi: float) -> str:
     return _hours(lo) if _hours(lo) == _hours(hi) else f"{_hours(lo)} to {_hours(hi)}"
 
 
+def shown_folder(folder) -> str:
+    """How a page names a results folder without showing the machine's file system: inside the
+    installed package as ``nmst_lib/published_results/<family>``, else relative to the working
+    folder, else under the home folder as ``~/...``, else its last two parts after ``.../``."""
+    import nmst_lib
+
+    folder = Path(folder).resolve()
+    anchors = ((Path(nmst_lib.__file__).resolve().parent, "nmst_lib"), (Path.cwd().resolve(), "."),
+               (Path.home().resolve(), "~"))
+    for anchor, name in anchors:
+        try:
+            relative = folder.relative_to(anchor)
+        except ValueError:
+            continue
+        return f"{name}/{relative.as_posix()}" if str(relative) != "." else name
+    return ".../" + "/".join(folder.parts[-2:])
+
+
 def describe_results(stored: Sequence[StoredResult]) -> str:
     """One Markdown paragraph saying where the results a page shows come from: the results
     published with the library (package data of ``nmst_lib`` <version>, made by the commands and
@@ -110,11 +130,11 @@ def describe_results(stored: Sequence[StoredResult]) -> str:
         local = [s for s in shown if s.source != PUBLISHED]
         where = []
         if published:
-            folder = published[0].path.parent
+            folder = shown_folder(published[0].path.parent)
             where.append(f"{len(published)} published with the library (package data of `nmst_lib` "
                          f"{nmst_lib.__version__}, `{folder}`)")
         if local:
-            folders = sorted({str(s.path.parent) for s in local})
+            folders = sorted({shown_folder(s.path.parent) for s in local})
             where.append(f"{len(local)} from a local results folder ({', '.join(f'`{f}`' for f in folders)}): "
                          f"runs made here or copied there, not the published ones")
         shas = sorted({(p.get("git_sha") or "unknown")[:10] + (" + local changes" if p.get("git_dirty") else "")

@@ -18,6 +18,9 @@ page passes.
 4. :func:`numbering_problems`: caption numbers (boxes, figures, tables) carry the chapter's
    number, every figure has a number and every image in it alt text, no image outside a
    numbered figure, no "??" and no unresolved cross-reference.
+5. :func:`build_machine_problems`: nothing of the machine that built the site on a page: no
+   absolute path of a file system (``/work/...``, ``/tmp/...``, a virtualenv's
+   ``site-packages``) and no stderr output block of an executed cell.
 """
 
 from __future__ import annotations
@@ -616,6 +619,45 @@ def numbering_problems(html: str, chapter: int) -> list[str]:
     for xref in article.select(_UNRESOLVED_XREF):
         if xref.find_parent("a") is None and "py" not in (xref.get("class") or []):
             problems.append(f"unresolved cross-reference: {_squeeze(xref.get_text())!r}")
+    return problems
+
+
+# --------------------------------------------------------------------------- 5. the build machine
+
+# An absolute POSIX path into a machine's file system (a home, a temporary or a system folder),
+# a Windows drive path, or a virtualenv's package folder. URLs (``https://host/tmp/x``) are not
+# paths: the look-behind refuses a path that follows a word character, a dot, a colon or a slash.
+_ABSOLUTE_PATH = re.compile(
+    r"(?<![\w.:/~-])/(?:work|home|tmp|root|usr|opt|var|srv|mnt|private|Users|scratch|content)/[\w.@+-]+(?:/[\w.@+-]*)*"
+    r"|\b[A-Za-z]:\\\\?[\w.-]+\\"
+    r"|[\w.-]*site-packages/[\w./-]+"
+)
+
+
+def build_machine_problems(html: str, max_snippets: int = 3) -> list[str]:
+    """What a page shows of the machine that built it: absolute paths and stderr output blocks.
+
+    The page's article is read as text, code cells and outputs included (a path printed by a cell
+    is on the page as much as one in the prose); scripts and styles are skipped. myst-nb writes a
+    cell's standard error as ``<div class="output stderr ...">``: any such block is a problem, since
+    a warning on a page is either a real problem to fix or noise to silence at its cause.
+    """
+    article = article_of(soup_of(html))
+    problems = []
+    for stderr in article.select("div.output.stderr, div.stderr"):
+        cell = stderr.find_parent(id=True)
+        problems.append(f"stderr block in {('#' + cell['id']) if cell else 'a cell'}: "
+                        f"{_squeeze(stderr.get_text())[:120]!r}")
+    text_soup = BeautifulSoup(str(article), "html.parser")
+    for skip in text_soup.select("script, style"):
+        skip.decompose()
+    text = text_soup.get_text()
+    found = list(_ABSOLUTE_PATH.finditer(text))
+    if found:
+        paths = sorted({m.group(0) for m in found})
+        problems.append(f"{len(found)} absolute path(s) of the build machine: " + ", ".join(paths[:5]))
+        for m in found[:max_snippets]:
+            problems.append(f"  ...{_squeeze(text[max(0, m.start() - 60): m.end() + 30])}...")
     return problems
 
 
