@@ -130,6 +130,12 @@ def test_toggle_check_reports_a_missing_button(browser, tmp_path):
     assert "no visible button" in layout.toggle_problems(browser, url, "secondary", settle=0.1)[0]
 
 
+def test_toggle_check_accepts_a_panel_shown_for_good_whose_link_works(browser, tmp_path):
+    url = _page(tmp_path, "<div id='pst-secondary-sidebar' style='width:200px; height:300px'>"
+                          "<a href='#section-2'>2. Section</a></div><h2 id='section-2'>2. Section</h2>")
+    assert layout.toggle_problems(browser, url, "secondary", settle=0.1) == []
+
+
 # --- 4. contrast ---------------------------------------------------------------------------
 
 
