@@ -242,3 +242,30 @@ def test_an_installed_wheel_finds_the_published_results_from_anywhere(wheel, tmp
     out = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"ok {N_PUBLISHED}"
+
+
+def test_a_result_from_uncommitted_code_is_refused_in_the_published_folder_unless_forced(tmp_path, monkeypatch, capsys):
+    """The website's results must say which code made them: a dirty-worktree result is refused in
+    the published folder, written elsewhere unchanged, and written there only when forced, stamped
+    and announced."""
+    from nmst_lib.experiments import results as R
+
+    monkeypatch.setattr(R, "published_results_dir", lambda: tmp_path / "published")
+    (tmp_path / "published" / "gpt2").mkdir(parents=True)
+    dirty = {"key": "k", "provenance": {"git_sha": "eb48482cce0", "git_dirty": True}}
+    clean = {"key": "k", "provenance": {"git_sha": "eb48482cce0", "git_dirty": False}}
+    target = tmp_path / "published" / "gpt2" / "k.json"
+    monkeypatch.delenv(R.ALLOW_DIRTY_ENV, raising=False)
+    with pytest.raises(R.DirtyResultError, match="uncommitted changes"):
+        R.refuse_dirty_publication(dirty, target)
+    assert R.refuse_dirty_publication(clean, target) is clean
+    assert R.refuse_dirty_publication(dirty, tmp_path / "elsewhere" / "k.json") is dirty
+    monkeypatch.setenv(R.ALLOW_DIRTY_ENV, "1")
+    forced = R.refuse_dirty_publication(dirty, target)
+    assert forced["provenance"]["dirty_forced"] is True and "dirty_forced" not in dirty["provenance"]
+    assert "UNCOMMITTED" in capsys.readouterr().err
+    # the writers apply it: nothing is written when refused
+    monkeypatch.delenv(R.ALLOW_DIRTY_ENV)
+    with pytest.raises(R.DirtyResultError):
+        R.write_chapter_result(dirty, target, schema="s", key="k", config_hash="h", config={}, profile="cpu")
+    assert not target.exists()

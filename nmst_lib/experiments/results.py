@@ -67,6 +67,9 @@ __all__ = [
     "atomic_write_bytes",
     "write_json_atomic",
     "save_result",
+    "ALLOW_DIRTY_ENV",
+    "DirtyResultError",
+    "refuse_dirty_publication",
     "load_result",
     "code_version",
     "environment_info",
@@ -250,15 +253,55 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
+#: Set to ``1`` to publish a result made from a worktree with uncommitted library changes (see
+#: :func:`refuse_dirty_publication`); the result is then stamped ``"dirty_forced": true``.
+ALLOW_DIRTY_ENV = "NMST_ALLOW_DIRTY_RESULTS"
+
+
+class DirtyResultError(ValueError):
+    """A result made from uncommitted code was about to be written into the published results."""
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(Path(folder).resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def refuse_dirty_publication(result: dict, path: str | os.PathLike) -> dict:
+    """The results the website shows must say which code made them. A result whose provenance has
+    ``git_dirty: true`` (the library had uncommitted changes) is refused with
+    :class:`DirtyResultError` when it would be written into :func:`published_results_dir`, unless
+    the environment sets ``NMST_ALLOW_DIRTY_RESULTS=1``: then it is written, stamped
+    ``"dirty_forced": true``, with a loud warning on stderr, and pages show "+ local changes".
+    Results written anywhere else (``--out``, ``$NMST_RESULTS_DIR``, the user cache) are the
+    user's own and pass unchanged. Returns the result to write."""
+    provenance = result.get("provenance") or {}
+    if not provenance.get("git_dirty") or not _inside(Path(path), published_results_dir()):
+        return result
+    if os.environ.get(ALLOW_DIRTY_ENV) != "1":
+        raise DirtyResultError(
+            f"refusing to publish {Path(path).name}: it was made from a worktree with uncommitted changes to "
+            f"nmst_lib/ or pyproject.toml (git {str(provenance.get('git_sha'))[:10]} + local changes), so no one "
+            f"could say which code made it. Commit first and rerun, write it elsewhere (--out DIR or "
+            f"NMST_RESULTS_DIR), or set {ALLOW_DIRTY_ENV}=1 to publish it marked as made from uncommitted code.")
+    print(f"WARNING: publishing {Path(path).name} from UNCOMMITTED code ({ALLOW_DIRTY_ENV}=1); the result is "
+          f"stamped dirty_forced and pages will say '+ local changes'.", file=sys.stderr, flush=True)
+    return {**result, "provenance": {**provenance, "dirty_forced": True}}
+
+
 def save_result(result: dict, config: ExperimentConfig, results_dir=None) -> Path:
     """Stamp ``result`` with the config (dict + hash + key), then write it atomically to
-    :func:`result_path`. Returns the path."""
+    :func:`result_path`. Returns the path. A result made from uncommitted code is refused in the
+    published folder (:func:`refuse_dirty_publication`)."""
     config = validate_config(config)
     stamped = {"schema": RESULT_SCHEMA, "key": config.key, "config_hash": config_hash(config),
                "config": config.to_dict(), "profile": config.profile}
     stamped.update({k: v for k, v in result.items() if k not in stamped})
     path = result_path(config, results_dir)
-    write_json_atomic(path, stamped)
+    write_json_atomic(path, refuse_dirty_publication(stamped, path))
     return path
 
 
@@ -355,10 +398,11 @@ def write_chapter_result(result: dict, path: Path, *, schema: str, key: str, con
                          profile: str) -> Path:
     """Write ``result`` atomically to ``path``, stamped first with ``schema``, ``key``, ``config_hash``,
     ``config`` (the config's ``to_dict()``) and ``profile`` (keys of ``result`` with those names are not
-    copied): the writer that matches :func:`read_chapter_result` (Chapters 8 and 9's stores)."""
+    copied): the writer that matches :func:`read_chapter_result` (Chapters 8 and 9's stores). A result
+    made from uncommitted code is refused in the published folder (:func:`refuse_dirty_publication`)."""
     stamped = {"schema": schema, "key": key, "config_hash": config_hash, "config": config, "profile": profile}
     stamped.update({k: v for k, v in result.items() if k not in stamped})
-    write_json_atomic(path, stamped)
+    write_json_atomic(path, refuse_dirty_publication(stamped, path))
     return path
 
 
