@@ -1347,6 +1347,22 @@ def _token_label(token: str) -> str:
     return stripped if stripped else "␣"
 
 
+def _token_labels(tokens: Sequence[str]) -> list[str]:
+    """Tick labels for a line of decoded tokens (:func:`_token_label` each), with WikiText's word
+    ``<unk>`` kept whole: GPT-2's BPE splits it into three tokens ``" <"``, ``"unk"``, ``">"``,
+    which would read as three unrelated labels; they are shown as ``<unk> 1/3``, ``2/3``, ``3/3``."""
+    labels = [_token_label(t) for t in tokens]
+    stripped = [str(t).strip() for t in tokens]
+    i = 0
+    while i + 2 < len(stripped):
+        if stripped[i:i + 3] == ["<", "unk", ">"]:
+            labels[i:i + 3] = ["<unk> 1/3", "<unk> 2/3", "<unk> 3/3"]
+            i += 3
+        else:
+            i += 1
+    return labels
+
+
 def _is_sentence_end(token: str) -> bool:
     return str(token).strip().endswith(SENTENCE_END_CHARS)
 
@@ -1470,7 +1486,7 @@ def eos_token_plot(
     if ylim is not None:
         ax.set_ylim(*ylim)
     ax.set_xticks(steps)
-    ax.set_xticklabels([_token_label(t) for t in tokens[:n]], rotation=90, fontsize=7)
+    ax.set_xticklabels(_token_labels(tokens)[:n], rotation=90, fontsize=7)
     for tick, token in zip(ax.get_xticklabels(), tokens[:n]):
         if _is_sentence_end(token):
             tick.set_color(COLORS["vermillion"])
@@ -1496,10 +1512,10 @@ def eos_token_explorer_html(
     dpi: int = FIGURE_DPI,
 ):
     """The p(eos | t) explorer of Chapter 7 (``07_gpt2``) for the static website: choose the
-    validation line, the output layer and eps (Choi, Cho, Lee 2023, Figs. 3 and 6).
+    validation line and the model, a layer at an eps (Choi, Cho, Lee 2023, Figs. 3 and 6).
 
     Every frame is drawn by :func:`eos_token_plot`: the VA model of the line (if stored) as the
-    reference, the chosen layer (ST, NMST, or both) at the chosen eps, and the lower bound
+    reference, the chosen layer (ST, NMST, or both) at its eps, and the lower bound
     f_lb(t) = 1 - (1 - eps)^t, with the line's tokens on the x axis and sentence ends in red.
     All frames of one line share their y limits. Frames are pre-rendered PNGs switched by
     JavaScript (:func:`explorer_html`), so the controls work without a kernel.
@@ -1516,7 +1532,9 @@ def eos_token_explorer_html(
         initial_head: the layer shown first (``"st"``, ``"nmst"`` or ``"both"``).
         initial_eps: the eps shown first (default: the smallest stored).
 
-    Frames: lines x layer choices x eps values; keep it to a few dozen.
+    The model menu offers only what every line has stored (a layer at an eps; "ST and NMST" where
+    both are stored at that eps), so no frame is empty and "ST and NMST" always shows two layers.
+    Frames: lines x models; keep it to a few dozen.
     """
     lines = _check_eos_lines(lines)
     max_tokens = check_positive_int(max_tokens, "max_tokens")
@@ -1549,25 +1567,36 @@ def eos_token_explorer_html(
         lows += [float(eos_lower_bound(1, e)) for e in eps_values]
         limits.append((max(min(lows) / 3, 1e-12), 1.5))
 
+    # One menu of the models every line has stored: a layer at an eps, and both layers where both
+    # exist at that eps. A choice some line lacks would draw an empty "no stored result" frame.
+    def stored_everywhere(wanted):
+        return all(all(k in line["p_eos"] for k in wanted) for line in lines)
+
+    choices = []
+    for e in eps_values:
+        for head in ("st", "nmst"):
+            if stored_everywhere([(head, e)]):
+                choices.append((head, e))
+        if stored_everywhere([("st", e), ("nmst", e)]):
+            choices.append(("both", e))
+    if not choices:
+        raise ValueError("no ST or NMST model is stored for every line: nothing to show on all lines")
+    start_eps = eps_values[eps_start]
+    preferred = [c for c in choices if c == (initial_head, start_eps)] or [c for c in choices if c[0] == initial_head] \
+        or choices
     controls = [
         Control("line", tuple(range(len(lines))), label="validation line", kind="dropdown", shown=tuple(menu)),
-        Control("head", tuple(head_choices), label="output layer", kind="dropdown",
-                initial=head_choices.index(initial_head), shown=tuple(h.upper() if h != "both" else "ST and NMST" for h in head_choices)),
-        Control("eps", tuple(eps_values), label="ε", initial=eps_start, shown=tuple(_eps_text(e) for e in eps_values)),
+        Control("model", tuple(range(len(choices))), label="model", kind="dropdown",
+                initial=choices.index(preferred[0]),
+                shown=tuple(f"{'ST and NMST' if h == 'both' else h.upper()}, ε = {_eps_text(e)}" for h, e in choices)),
     ]
 
-    def draw(line, head, eps):
+    def draw(line, model):
         data = lines[line]
+        head, eps = choices[model]
         wanted = [("va", None)] + [(h, eps) for h in (heads if head == "both" else [head])]
         chosen = {k: data["p_eos"][k] for k in wanted if k in data["p_eos"]}
         title = "context: " + " ".join(data["context"].split())
-        if not any(k[0] != "va" for k in chosen):
-            fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.7))
-            ax.text(0.5, 0.5, f"no stored result for {head.upper()} at ε = {_eps_text(eps)} on this line",
-                    ha="center", va="center", transform=ax.transAxes)
-            ax.set_axis_off()
-            ax.set_title(title, fontsize=9)
-            return fig
         return eos_token_plot(data["tokens"], chosen, eps=eps, max_tokens=max_tokens, ylim=limits[line],
                               title=_one_line_title(title))
 

@@ -107,15 +107,15 @@ def test_eos_token_plot_rejects_bad_probabilities(bad, error):
 # --- eos_token_explorer_html -------------------------------------------------------------
 
 
-def test_explorer_has_one_distinct_frame_per_line_layer_and_eps():
+def test_explorer_has_one_distinct_frame_per_line_and_stored_model():
     lines = [fake_line(seed=s) for s in range(2)]
     html = plots.eos_token_explorer_html(lines, dpi=30)
     data = explorer_payload(html)
-    # controls: line (2), layer (ST, NMST, both), eps (3)
-    assert data["sizes"] == [2, 3, 3]
-    assert data["labels"][1] == ["ST", "NMST", "ST and NMST"]
-    assert data["labels"][2] == ["1e-4", "5e-4", "2.5e-3"]
-    assert len(data["frames"]) == 2 * 3 * 3
+    # controls: line (2), model (ST, NMST, both at each of 3 eps)
+    assert data["sizes"] == [2, 9]
+    assert data["labels"][1][:3] == ["ST, ε = 1e-4", "NMST, ε = 1e-4", "ST and NMST, ε = 1e-4"]
+    assert data["labels"][1][-1] == "ST and NMST, ε = 2.5e-3"
+    assert len(data["frames"]) == 2 * 9
     assert len(set(data["frames"])) == len(data["frames"])  # every setting draws something different
     # the menu starts at NMST and the smallest eps
     assert 'value="1" selected' in html.data
@@ -140,13 +140,24 @@ def test_explorer_escapes_model_tokens_in_its_menu():
     assert "<|endoftext|>" not in controls
 
 
-def test_explorer_says_when_a_setting_has_no_result():
+def test_explorer_offers_only_models_every_line_has_and_never_an_empty_frame():
+    """A model some line lacks is not in the menu (Chapter 7's ST at 1e-4 drew six blank frames),
+    and "ST and NMST" is offered only where both are stored, so it never equals one layer alone."""
     line = fake_line()
     del line["p_eos"][("st", 1e-4)]
     other = fake_line(seed=1)
     html = plots.eos_token_explorer_html([line, other], dpi=30)
     data = explorer_payload(html)
-    assert len(data["frames"]) == 2 * 3 * 3  # the missing combination still has a frame (saying so)
+    assert "ST, ε = 1e-4" not in data["labels"][1] and "ST and NMST, ε = 1e-4" not in data["labels"][1]
+    assert "NMST, ε = 1e-4" in data["labels"][1]
+    assert len(data["frames"]) == 2 * 7
+    assert "no stored result" not in html.data
+
+
+def test_explorer_labels_keep_unk_whole():
+    """GPT-2's BPE cuts WikiText's <unk> into ' <', 'unk', '>': the ticks say it is one word."""
+    assert plots._token_labels([" The", " <", "unk", ">", " sat", "<", "b"]) == \
+        ["The", "<unk> 1/3", "<unk> 2/3", "<unk> 3/3", "sat", "<", "b"]
 
 
 def test_explorer_rejects_lines_without_self_terminating_models_or_bad_choices():
