@@ -440,6 +440,12 @@ def plot_eos_probabilities(
     return fig
 
 
+def _and_list(names) -> str:
+    """("VA",) -> "VA"; ("VA", "ST") -> "VA and ST"; ("VA", "ST", "NMST") -> "VA, ST and NMST"."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def _figure_and_axes(ax):
     """A new figure laid out for a legend on the right (fixed margins: no tight-bbox pass when
     an explorer renders dozens of frames), or the figure of ``ax``."""
@@ -664,7 +670,8 @@ def eos_explorer_html(
         draw,
         controls,
         dpi=dpi,
-        alt="p(eos | t) of the VA, ST and NMST output layers against the step t on a log axis, "
+        alt=f"p(eos | t) of the {_and_list(_check_heads(plot_kwargs.get('heads', _HEADS)))} output "
+        f"layer{'s' if len(_check_heads(plot_kwargs.get('heads', _HEADS))) > 1 else ''} against the step t on a log axis, "
         "with the lower bound f_lb(t) and a vertical line where it crosses one half (beta_eps; the half-life "
         "step t_1/2 is the next integer)",
     )

@@ -321,3 +321,15 @@ def test_eos_probabilities_at_chosen_steps_equal_the_full_computation():
         plots.eos_probabilities(z, 1e-2, steps=torch.tensor([3, 2]))
     with pytest.raises(ValueError):
         plots.eos_probabilities(z, 1e-2, steps=torch.tensor([0, 2]))
+
+
+def test_eos_explorer_alt_text_names_only_the_layers_it_draws():
+    """Chapter 4's explorer draws VA and ST only; its alt text must not promise NMST."""
+    import re
+
+    html = plots.eos_explorer_html(eps_values=(1e-3,), amplitudes=(0.2,), shapes=("one_stop",), heads=("VA", "ST"),
+                                   t_max=100, dpi=20).data
+    alt = re.search(r'alt="([^"]*)"', html).group(1)
+    assert "VA and ST output layers" in alt and "NMST" not in alt
+    full = plots.eos_explorer_html(eps_values=(1e-3,), amplitudes=(0.2,), shapes=("one_stop",), t_max=100, dpi=20).data
+    assert "VA, ST and NMST output layers" in re.search(r'alt="([^"]*)"', full).group(1)
