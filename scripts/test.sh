@@ -1,41 +1,85 @@
 #!/usr/bin/env bash
-# Set up everything the tests need and run all of them:
-#   library unit tests (first from a plain clone without data or network, scripts/test_plain_clone.sh,
-#   then with the real data), chapter notebooks under nbval, the website build (zero warnings),
-#   the headless-browser checks of the built site, the Colab simulation (scripts/colab_sim.sh), the
-#   course edition of the site, and the classroom kit (built, then graded: tests/classroom).
+# Set up everything the tests need and run all of them, each check once:
+#   1. setup                 .venv with the pinned stack (scripts/setup.sh, constraints.txt)
+#   2. library unit tests    from a plain clone without data or network, 2 workers
+#                            (scripts/test_plain_clone.sh); the tests that skip there for want of
+#                            the real data run in step 8, where the data is
+#   3. system packages       Debian's chromium + chromium-driver (browser checks) if absent
+#   4. website               jupyter-book build, zero warnings; it executes every chapter with
+#                            raise_on_error, which is what nbval checked a second time before
+#   5. course edition        the site without solutions (reuses the execution cache)
+#   6. classroom kit         every assignment built with otter-grader
+#   7. Colab simulation      each chapter alone in a fresh Python, installing the wheel offline
+#   8. main pytest run       the site checks in a real browser (tests/site), the classroom grading
+#                            (tests/classroom), and the real-data tests skipped in step 2
+# Each stage's time is printed at the end of the run (also when a stage fails).
+# Extra arguments go to the pytest of step 8. `pytest --nbval-lax chapters/NN_x.ipynb` still
+# executes one chapter as a test while writing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Local data for the chapters and the real-data tests (README, "Data"): on the project's machines
 # ../shared/data holds wikitext-2/ and gpt2-tokenizer/; a value the user set is kept.
 if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_DIR="$(cd ../shared/data && pwd)"; fi
-bash scripts/setup.sh
 
-# The library's unit tests as a fresh user runs them: a plain clone of this commit, no ../shared,
-# no NMST_* variables, no network (scripts/test_plain_clone.sh; 1.5-3 minutes on 2 cores).
-bash scripts/test_plain_clone.sh
+timings=()
+run_started=$(date +%s)
+print_timings() {
+  local status=$?
+  echo
+  echo "[test] stage timings (s):"
+  local t
+  for t in "${timings[@]}"; do echo "  $t"; done
+  echo "  total: $(( $(date +%s) - run_started )) s (exit status $status)"
+}
+trap print_timings EXIT
+stage() {  # stage NAME COMMAND...: run it, record its time whether it passes or fails
+  local name=$1; shift
+  local start; start=$(date +%s)
+  echo "[test] === $name ==="
+  local status=0
+  "$@" || status=$?
+  timings+=("$(printf '%-22s %6d' "$name" $(( $(date +%s) - start )))$([ $status = 0 ] || echo "   FAILED ($status)")")
+  return $status
+}
 
-# A real browser for the site checks (Debian's chromium + chromedriver).
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-  if [ "$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi
-  echo "[test] installing Debian's chromium and chromium-driver for the browser tests"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
-fi
+install_system_packages() {
+  # A real browser for the site checks (Debian's chromium + chromedriver).
+  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    local SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
+    echo "[test] installing Debian's chromium and chromium-driver for the browser tests"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  fi
+}
+
+stage setup bash scripts/setup.sh
+
+# The library's unit tests once, as a fresh user runs them: a plain clone of this commit, no
+# ../shared, no NMST_* variables, no network; two workers (pytest-xdist). The JUnit report names
+# the tests that skipped for want of the real data, the tokenizer or a GPU.
+junit=$(mktemp "${TMPDIR:-/tmp}/nmst-plain-clone-XXXXXX.xml")
+stage unit-tests bash scripts/test_plain_clone.sh -- -n 2 --junitxml="$junit"
+mapfile -t skipped < <(.venv/bin/python scripts/skipped_tests.py "$junit")
+rm -f "$junit"
+echo "[test] ${#skipped[@]} unit tests skipped in the plain clone run again below, with the data"
+
+stage system-packages install_system_packages
 
 # Build the website first (it executes every chapter); the browser tests check the result.
-bash scripts/book.sh
+stage book bash scripts/book.sh
 # The course edition of the site (no solution dropdowns; reuses the execution cache just filled).
-bash scripts/book.sh --course
+stage course-book bash scripts/book.sh --course
 
 # The classroom kit: every assignment's student, instructor and autograder editions (otter-grader);
 # tests/classroom grades three submissions per assignment with the built autograders.
-bash scripts/assignments.sh
+stage assignments bash scripts/assignments.sh
 export NMST_REQUIRE_ASSIGNMENTS=1
 
 # Colab simulation: each chapter alone in an empty folder, in a fresh Python with torch but without
 # nmst_lib, network cut, its first cell installing the freshly built wheel (about 3 minutes).
-bash scripts/colab_sim.sh
+stage colab-simulation bash scripts/colab_sim.sh
 
 export NMST_REQUIRE_SITE=1   # site tests fail (instead of skipping) when the build is missing
-.venv/bin/python -m pytest tests chapters --nbval-lax -q -p no:cacheprovider "$@"
+# Two workers; --dist loadfile keeps each test file (and its browser and module fixtures) on one.
+stage main-pytest .venv/bin/python -m pytest tests/site tests/classroom "${skipped[@]}" \
+  -n 2 --dist loadfile -q -p no:cacheprovider "$@"

@@ -11,10 +11,9 @@
 #   bash scripts/test_plain_clone.sh --data-only  # only the tests that read data (see below)
 #   bash scripts/test_plain_clone.sh -- -k cli    # extra arguments after -- go to pytest
 #
-# Time on 2 cores: the whole library suite took 85-160 s (471-484 passed, 34 skipped: the real-data,
-# real-tokenizer and CUDA tests, each with its reason), --data-only 30 s. That is cheap enough
-# for scripts/test.sh to run the whole suite here as well as in its main run (which has the real
-# data and the chapters), so the plain-clone run is not limited to the data tests.
+# scripts/test.sh runs the whole library suite here once, on two workers (`-- -n 2`, pytest-xdist),
+# with a JUnit report whose skipped tests (real data, tokenizer, CUDA) its main run runs again with
+# the data (scripts/skipped_tests.py); no library test runs twice.
 # --data-only runs test_data, test_experiments, test_cli, test_models and test_gpu: every test
 # that reads data, tokenizers, checkpoints or data variables. tests/site and tests/classroom are
 # never run here: they check the built website and the built classroom editions.
