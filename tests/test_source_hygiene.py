@@ -1,15 +1,27 @@
-"""Source hygiene: no control characters in the library, tests, benchmarks or scripts.
+"""Source hygiene: no control characters in the library, tests, benchmarks or scripts, and
+chapter code that fits the website's column.
 
 A backslash escape in a non-raw docstring turns LaTeX into control characters without any
 error (``"\\alpha"`` becomes BEL + "lpha", ``"\\frac"`` a form feed, ``"\\ne"`` a newline); Chapter 8's
 first docstrings did this and only the -W book build noticed. This check fails at once and
 names the file and line.
+
+The website's text column shows about 79 characters of code; a longer line makes its code cell
+scroll sideways (issue 20, "Code that fits"). The formatted chapters' code cells are kept to
+``[tool.ruff] line-length`` by ``ruff format`` (run it on a chapter after editing its code);
+the check below also catches what the formatter cannot shorten (long strings and comments).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("nmst_lib", "tests", "benchmarks", "scripts")
@@ -31,3 +43,90 @@ def test_no_python_source_holds_control_characters():
 def test_the_check_catches_a_bell_from_a_non_raw_alpha():
     assert CONTROL.search("L_\alpha")              # what a non-raw "\alpha" becomes
     assert not CONTROL.search(r"L_\alpha \frac{1}{2} \ne")
+
+
+# Chapters whose code cells are formatted to LINE_LENGTH. Chapters 6-9 join once their rewrite
+# (the findings engine) lands: then run `ruff format` on them and add them here.
+FORMATTED_CHAPTERS = [
+    "chapters/01_decoding.ipynb",
+    "chapters/02_consistency.ipynb",
+    "chapters/03_consistent_sampling.ipynb",
+    "chapters/04_self_terminating.ipynb",
+    "chapters/05_nmst.ipynb",
+]
+LINE_LENGTH = 79  # pyproject.toml, [tool.ruff] line-length
+
+
+def long_code_lines(notebook: dict, limit: int = LINE_LENGTH) -> list[str]:
+    """``"cell C, line L: N characters"`` for every code-cell line longer than ``limit``.
+
+    Markdown and raw cells are prose, wrapped by the browser, and are not counted.
+    """
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        raise TypeError(f"expected a notebook dict with a 'cells' list, got {type(notebook).__name__}")
+    found = []
+    for index, cell in enumerate(notebook["cells"]):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        text = "".join(source) if isinstance(source, list) else source
+        for number, line in enumerate(text.split("\n"), 1):
+            if len(line) > limit:
+                found.append(f"cell {index}, line {number}: {len(line)} characters")
+    return found
+
+
+def test_the_line_length_is_the_one_ruff_is_configured_with():
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    section = re.search(r"^\[tool\.ruff\]\n(.*?)(?=^\[)", pyproject, re.S | re.M)
+    assert section, "pyproject.toml has no [tool.ruff] section"
+    assert re.search(rf"^line-length = {LINE_LENGTH}$", section.group(1), re.M), section.group(1)
+
+
+@pytest.mark.parametrize("chapter", FORMATTED_CHAPTERS, ids=lambda c: Path(c).stem)
+def test_every_code_line_of_a_formatted_chapter_fits_the_column(chapter):
+    notebook = json.loads((REPO / chapter).read_text(encoding="utf-8"))
+    bad = long_code_lines(notebook)
+    assert not bad, (f"{chapter}: code lines longer than {LINE_LENGTH} characters scroll sideways on "
+                     "the website (run `ruff format` on it; split long strings and comments by hand):\n"
+                     + "\n".join(bad))
+
+
+def test_the_line_check_catches_a_planted_long_line():
+    def notebook(*cells):
+        return {"cells": [{"cell_type": kind, "source": source} for kind, source in cells]}
+
+    fits = "x = 1  # " + "a" * (LINE_LENGTH - 9)
+    assert len(fits) == LINE_LENGTH
+    assert long_code_lines(notebook(("code", [fits + "\n", "y = 2"]))) == []
+    planted = notebook(("markdown", ["m" * 200]), ("code", ["import math\n", fits + "b\n", "y = 2"]))
+    assert long_code_lines(planted) == [f"cell 1, line 2: {LINE_LENGTH + 1} characters"]
+    assert long_code_lines(notebook(("code", "z = 3\n" + "s" * 90))) == ["cell 0, line 2: 90 characters"]
+    with pytest.raises(TypeError, match="notebook dict"):
+        long_code_lines(["x = 1"])
+
+
+def _ruff_format_check(paths: list[Path]) -> subprocess.CompletedProcess:
+    """``ruff format --check`` with the repository's configuration (pyproject.toml)."""
+    if importlib.util.find_spec("ruff") is None:
+        pytest.skip("ruff is not installed (it is in the test extra: pip install -e '.[test]')")
+    return subprocess.run([sys.executable, "-m", "ruff", "format", "--check", "--config",
+                           str(REPO / "pyproject.toml"), *map(str, paths)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+def test_ruff_format_leaves_the_formatted_chapters_unchanged():
+    result = _ruff_format_check([REPO / c for c in FORMATTED_CHAPTERS])
+    version = subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True, text=True).stdout
+    assert result.returncode == 0, (f"`ruff format` would change these chapters ({version.strip()}; "
+                                    f"pinned: see constraints.txt):\n{result.stdout}{result.stderr}")
+
+
+def test_the_ruff_check_catches_a_planted_unformatted_cell(tmp_path):
+    cell = {"cell_type": "code", "execution_count": None, "id": "a1", "metadata": {}, "outputs": [],
+            "source": ["x = {  'a':1}"]}
+    notebook = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "planted.ipynb"
+    path.write_text(json.dumps(notebook, indent=1) + "\n", encoding="utf-8")
+    result = _ruff_format_check([path])
+    assert result.returncode == 1 and "planted.ipynb" in result.stdout + result.stderr, result
