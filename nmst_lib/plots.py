@@ -776,6 +776,7 @@ def rnt_plot(
     if not isinstance(curves, Mapping) or len(curves) == 0:
         raise TypeError("curves must be a non-empty mapping {label: (Ls, rnt)}")
     styles = dict(styles or {})
+    own_figure = ax is None
     fig, ax = _figure_and_axes(ax)
     lowest = 1.0
     for i, (label, curve) in enumerate(curves.items()):
@@ -797,7 +798,15 @@ def rnt_plot(
     ax.set_ylim(*(ylim if ylim is not None else (max(min(lowest, 1.0) / 2, y_floor), 1.5)))
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
+    if own_figure:
+        # A figure of its own keeps the column's width: its legend goes under the axes (the
+        # labels of Chapter 8's models are long), never beside them where it would widen the figure.
+        fig.subplots_adjust(right=0.97)
+        labels = ax.get_legend_handles_labels()[1]
+        two_columns = len(labels) > 3 and max(len(label) for label in labels) <= 38
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2 if two_columns else 1, fontsize=8.5)
+    else:
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
     return fig
 
 
