@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["VERDICTS", "Band", "Claim", "Finding", "Findings", "convergence", "convergence_rows", "decide",
-           "last_epoch_floor", "noise_band"]
+           "last_epoch_floor", "noise_band", "recipe_rows"]
 
 #: The five verdicts, in the order a page lists their counts.
 VERDICTS = ("reproduces", "does not reproduce", "within noise", "forced", "not run")
@@ -158,15 +158,23 @@ def convergence(result) -> dict:
             "last_change": change, "converged": best < len(values)}
 
 
-def convergence_rows(results, name=lambda r: r["key"]) -> list:
-    """One table row per run: best vs last epoch and the last epoch's validation change
-    (Chapters 6-9 show it under every results table)."""
+def convergence_rows(groups) -> list:
+    """One table row per model: ``groups`` maps a model's name to its runs (one per seed).
+
+    Shows each seed's best and last epoch and last-epoch validation change, and whether every
+    seed converged (Chapters 6-9 show it under their results tables).
+    """
     rows = []
-    for r in results:
-        c = convergence(r)
-        rows.append({"run": name(r), "best epoch": c["best_epoch"], "last epoch": c["last_epoch"],
-                     f"last change ({c['metric']})": f"{c['last_change']:+.3g}",
-                     "converged": "yes" if c["converged"] else "no: still improving"})
+    for name, runs in groups.items():
+        cs = [convergence(r) for r in runs]
+        if not cs:
+            raise ValueError(f"model {name!r} has no runs")
+        done = sum(c["converged"] for c in cs)
+        rows.append({"model": name,
+                     "best / last epoch": ", ".join(f"{c['best_epoch']}/{c['last_epoch']}" for c in cs),
+                     f"last epoch's change ({cs[0]['metric']})": ", ".join(f"{c['last_change']:+.3g}" for c in cs),
+                     "converged": "yes" if done == len(cs) else
+                     ("no: still improving" if done == 0 else f"{done} of {len(cs)} seeds")})
     return rows
 
 
@@ -182,8 +190,48 @@ def last_epoch_floor(*runs) -> Band:
             changes.append(abs(c["last_change"]))
     if len(metrics) > 1:
         raise ValueError(f"the runs compared record different validation metrics {sorted(metrics)}")
-    return Band(max(changes, default=0.0), "the last epoch's validation change, largest of the runs "
-                "compared (they had not converged)")
+    return Band(max(changes, default=0.0), "the largest last-epoch validation change of the runs "
+                "compared, which were still improving")
+
+
+#: The hyper-parameters a recipe table compares, with the words a page prints for them.
+RECIPE_FIELDS = {
+    "hidden": "hidden size", "layers": "layers", "dropout": "dropout", "lr": "learning rate",
+    "betas": "AdamW betas", "weight_decay": "weight decay", "lr_decay": "lr decay on plateau",
+    "patience": "early-stopping patience (epochs)", "max_epochs": "max. epochs",
+    "max_steps": "max. steps", "batch_size": "batch size (sequences)",
+    "max_batch_tokens": "batch size (tokens)", "grad_accum": "gradient accumulation",
+    "clip": "gradient clip", "vocab_cap": "vocabulary cap (None: every word)",
+    "decode_max_len": "decoding limit L", "num_decode_contexts": "decoded contexts (None: all)",
+}
+
+
+def recipe_rows(ours, paper, fields=RECIPE_FIELDS, *, seeds=None) -> list:
+    """Our recipe beside the paper's, one row per hyper-parameter, each deviation named.
+
+    ``ours`` and ``paper`` are configs (dataclasses or mappings) of the same experiment at
+    our profile and at the ``paper`` profile, which encodes the paper's published settings
+    (e.g. Choi et al. 2023 App. D). ``seeds``: optional ``(ours, paper)`` seed counts.
+    Fields that are None in both are left out. Chapters 6-9 show it as their recipe table.
+    """
+    def get(config, name):
+        if isinstance(config, dict):
+            return config.get(name)
+        return getattr(config, name, None)
+
+    rows = []
+    for name, label in fields.items():
+        a, b = get(ours, name), get(paper, name)
+        if a is None and b is None:
+            continue
+        a, b = (tuple(v) if isinstance(v, list) else v for v in (a, b))
+        rows.append({"hyper-parameter": label, "ours": "None" if a is None else str(a),
+                     "paper": "None" if b is None else str(b), "deviation": "" if a == b else "differs"})
+    if seeds is not None:
+        a, b = seeds
+        rows.append({"hyper-parameter": "seeds per model", "ours": str(a), "paper": str(b),
+                     "deviation": "" if a == b else "differs"})
+    return rows
 
 
 @dataclass(frozen=True)
@@ -291,17 +339,34 @@ class Findings:
         """A finding the book did not test, with the reason."""
         return self._add(Finding(claim, "not run", None, None, f"not run: {_text(reason, 'reason')}"))
 
+    def __getitem__(self, claim_id: str) -> Finding:
+        for f in self.items:
+            if f.claim.id == claim_id:
+                return f
+        raise KeyError(f"no finding {claim_id!r} on this page; judged: {[f.claim.id for f in self.items]}")
+
+    def line(self, *claim_ids: str) -> str:
+        """The verdicts of some findings in one sentence, for the prose of their section."""
+        return "; ".join(f"{self[i].claim.statement}: *{self[i].verdict}* ({self[i].sizes()})"
+                         for i in claim_ids) + "."
+
     def counts(self) -> dict:
         """``{verdict: number}`` over the five verdicts (zeros included)."""
         return {v: sum(f.verdict == v for f in self.items) for v in VERDICTS}
 
     def summary(self) -> str:
-        """The Summary's sentence, e.g. "of the 9 findings tested, 3 reproduce, ..."."""
+        """The Summary's sentence, e.g. "of the 9 findings ... tested, 3 reproduce, ..."."""
         c = self.counts()
         tested = len(self.items) - c["not run"]
-        return (f"of the {tested} findings of the papers tested on this page, {c['reproduces']} reproduce, "
-                f"{c['does not reproduce']} do not, {c['within noise']} are within the noise, and "
-                f"{c['forced']} are forced by a theorem (not counted); {c['not run']} were not run")
+
+        def n(k, one, many):
+            return f"{k} {one if k == 1 else many}"
+
+        return (f"of the {tested} findings of the papers tested on this page, "
+                f"{n(c['reproduces'], 'reproduces', 'reproduce')}, {n(c['does not reproduce'], 'does not', 'do not')}, "
+                f"{n(c['within noise'], 'is', 'are')} within the noise, and "
+                f"{n(c['forced'], 'is', 'are')} forced by a theorem (not counted); "
+                f"{n(c['not run'], 'was', 'were')} not run")
 
     def markdown_list(self) -> str:
         """One bullet per finding: statement (paper, where): **verdict** (sizes)."""

@@ -118,7 +118,8 @@ def test_counts_summary_and_list_come_from_the_verdicts():
     f.not_run(Claim("e", "P", "T9", "e holds"), "BookCorpus is not used")
     assert f.counts() == dict(zip(VERDICTS, (1, 1, 1, 1, 1)))
     assert f.summary().startswith("of the 4 findings")
-    assert "1 reproduce, 1 do not, 1 are within the noise, and 1 are forced" in f.summary()
+    assert "1 reproduces, 1 does not, 1 is within the noise, and 1 is forced" in f.summary()
+    assert f.summary().endswith("1 was not run")
     text = f.markdown_list()
     assert text.count("\n") == 4 and "*within noise*" in text and "Theorem 8.6" in text
     assert "+2.00" in text and "±1.00" in text  # the sizes are printed
@@ -243,5 +244,29 @@ def test_the_last_epoch_floor_is_the_largest_change_of_the_unconverged_runs():
     assert f.judge(CLAIM, -4.8, floor=last_epoch_floor(a, b)).verdict == "within noise"
     with pytest.raises(ValueError, match="different validation metrics"):
         last_epoch_floor(a, _run([5.0, 4.0], metric="val_loss"))
-    rows = convergence_rows([a, _run([200.0, 150.0, 151.0], "c")])
-    assert [r["converged"] for r in rows] == ["no: still improving", "yes"]
+    rows = convergence_rows({"ab": [a, b], "c": [_run([200.0, 150.0, 151.0])],
+                             "mixed": [a, _run([200.0, 150.0, 151.0])]})
+    assert [r["converged"] for r in rows] == ["no: still improving", "yes", "1 of 2 seeds"]
+    assert rows[0]["best / last epoch"] == "3/3, 3/3"
+
+
+def test_the_recipe_table_names_every_deviation_and_only_those():
+    from nmst_lib.findings import recipe_rows
+
+    ours = {"lr": 0.002, "batch_size": 16, "dropout": 0.3, "patience": 2, "clip": 1.0,
+            "betas": [0.9, 0.99], "max_steps": None}
+    paper = {"lr": 0.001, "batch_size": 32, "dropout": 0.5, "patience": 10, "clip": 1.0,
+             "betas": (0.9, 0.99), "max_steps": None}
+    rows = recipe_rows(ours, paper, seeds=(3, 10))
+    differs = {r["hyper-parameter"] for r in rows if r["deviation"] == "differs"}
+    assert differs == {"learning rate", "batch size (sequences)", "dropout",
+                       "early-stopping patience (epochs)", "seeds per model"}
+    assert "max. steps" not in {r["hyper-parameter"] for r in rows}  # None in both: left out
+
+
+def test_a_section_quotes_its_verdicts_by_claim_id():
+    f = Findings("ch6")
+    f.judge(Claim("a", "P", "T1", "a holds", quantity="a − b"), -2.0, floor=Band.floor(1.0, "t"))
+    assert f.line("a") == "a holds: *reproduces* (a − b = -2.00; noise band ±1.00 (t))."
+    with pytest.raises(KeyError, match="no finding 'b'"):
+        f.line("b")
