@@ -144,7 +144,7 @@ def hand_written_counts(notebook: dict) -> list:
     for i, cell in enumerate(notebook["cells"]):
         src = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
-            sentences += [(i, s) for s in re.split(r"(?<=[.;:])\s", src)]
+            sentences += [(i, s) for s in re.split(r"(?<=[.;:])\s|\n\n", src)]
         elif cell["cell_type"] == "code":
             calls = list(SAY_CALL.finditer(src))
             ends = [m.start() for m in calls[1:]] + [len(src)]
@@ -155,8 +155,8 @@ def hand_written_counts(notebook: dict) -> list:
     found = [(i, body.strip()[:120]) for key, (i, body) in counting.items() if VERDICT_WORDS.search(body)]
     for i, sentence in sentences:
         shown = [k for k in re.findall(r"\{glue:md\}`(\w+)`", sentence) if k in counting]
-        literal = MD_COUNT.search(re.sub(r"\{glue:md\}`\w+`", "", sentence))
-        if (shown or literal) and VERDICT_WORDS.search(sentence):
+        prose = re.sub(r"\{glue:md\}`\w+`", "", sentence)  # the words, not the keys' names
+        if (shown or MD_COUNT.search(prose)) and VERDICT_WORDS.search(prose):
             found.append((i, sentence.strip()[:120]))
     return sorted(set(found))
 
