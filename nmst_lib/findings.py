@@ -96,11 +96,12 @@ class Band:
         return cls(abs(_real(half_width, "half_width")), _text(reason, "reason"))
 
     @classmethod
-    def binomial(cls, p_a, n_a, p_b=None, n_b=None, *, k: float = 2.0) -> Band:
+    def binomial(cls, p_a, n_a, p_b=None, n_b=None, *, k: float = 2.0, unit: str = "contexts") -> Band:
         """``k`` binomial standard errors of a rate (or of a difference of two rates).
 
         A rate such as ``r_nt`` measured on ``n`` contexts has standard error
-        ``sqrt(p (1 - p) / n)``; two independent rates add in quadrature.
+        ``sqrt(p (1 - p) / n)``; two independent rates add in quadrature. ``unit`` names what
+        was counted (contexts, tokens), for the printed source.
         """
         var, ns = 0.0, []
         for p, n in ((p_a, n_a), (p_b, n_b)):
@@ -111,7 +112,7 @@ class Band:
                 raise ValueError(f"a rate must lie in [0, 1] with n >= 1 contexts, got p={p}, n={n!r}")
             var += p * (1.0 - p) / n
             ns.append(str(n))
-        return cls(k * math.sqrt(var), f"{k:g} binomial s.e. on {' and '.join(ns)} contexts")
+        return cls(k * math.sqrt(var), f"{k:g} binomial s.e. on {' and '.join(ns)} {_text(unit, 'unit')}")
 
 
 def noise_band(*, seeds=None, floor: Band | None = None) -> Band:

@@ -270,3 +270,9 @@ def test_a_section_quotes_its_verdicts_by_claim_id():
     assert f.line("a") == "a holds: *reproduces* (a − b = -2.00; noise band ±1.00 (t))."
     with pytest.raises(KeyError, match="no finding 'b'"):
         f.line("b")
+
+
+def test_the_binomial_band_names_what_was_counted():
+    assert Band.binomial(0.5, 159, unit="tokens").source == "2 binomial s.e. on 159 tokens"
+    with pytest.raises(ValueError):
+        Band.binomial(0.5, 10, unit="")
