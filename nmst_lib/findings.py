@@ -99,8 +99,11 @@ class Band:
     def binomial(cls, p_a, n_a, p_b=None, n_b=None, *, k: float = 2.0, unit: str = "contexts") -> Band:
         """``k`` binomial standard errors of a rate (or of a difference of two rates).
 
-        A rate such as ``r_nt`` measured on ``n`` contexts has standard error
-        ``sqrt(p (1 - p) / n)``; two independent rates add in quadrature. ``unit`` names what
+        A rate such as ``r_nt`` measured on ``n`` contexts, ``x = p n`` of them counted, has the
+        Agresti-Coull standard error ``sqrt(q (1 - q) / (n + 4))`` with ``q = (x + 2) / (n + 4)``,
+        which stays positive at ``p = 0`` and ``p = 1`` (where the plain ``sqrt(p (1 - p) / n)``
+        would claim no noise at all; a zero on ``n`` contexts only means ``r < 3/n``,
+        Proposition 6.1 part 3); two independent rates add in quadrature. ``unit`` names what
         was counted (contexts, tokens), for the printed source.
         """
         var, ns = 0.0, []
@@ -110,9 +113,10 @@ class Band:
             p = _real(p, "rate")
             if not 0.0 <= p <= 1.0 or isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
                 raise ValueError(f"a rate must lie in [0, 1] with n >= 1 contexts, got p={p}, n={n!r}")
-            var += p * (1.0 - p) / n
+            q = (p * n + 2.0) / (n + 4.0)
+            var += q * (1.0 - q) / (n + 4.0)
             ns.append(str(n))
-        return cls(k * math.sqrt(var), f"{k:g} binomial s.e. on {' and '.join(ns)} {_text(unit, 'unit')}")
+        return cls(k * math.sqrt(var), f"{k:g} binomial s.e. (Agresti-Coull) on {' and '.join(ns)} {_text(unit, 'unit')}")
 
 
 def noise_band(*, seeds=None, floor: Band | None = None) -> Band:

@@ -74,12 +74,16 @@ def test_seed_spread_gives_the_band_and_the_wider_of_seeds_and_floor_wins():
     assert Findings("ch6").judge(CLAIM, -8.0, seeds=(a, b)).verdict == "reproduces"
 
 
-def test_binomial_band_of_two_rates_and_zero_rates_give_a_zero_band():
+def test_binomial_band_of_two_rates_stays_positive_at_zero_and_one():
     band = Band.binomial(0.5, 100, 0.5, 100)
-    assert band.half_width == pytest.approx(2 * (0.0025 + 0.0025) ** 0.5)
-    assert Band.binomial(0.0, 128, 0.0, 128).half_width == 0.0
-    # a tie at zero is not a reproduction: |0| <= 0
+    assert band.half_width == pytest.approx(2 * (2 * 0.25 / 104) ** 0.5)  # Agresti-Coull, q = 52/104
+    zero = Band.binomial(0.0, 128)
+    assert zero.half_width == pytest.approx(2 * ((2 / 132) * (130 / 132) / 132) ** 0.5)
+    assert Band.binomial(1.0, 128).half_width == pytest.approx(zero.half_width)
+    # a tie at zero is not a reproduction, and 1 of 128 against 0 of 128 is not read either
     assert decide(CLAIM, 0.0, Band.binomial(0.0, 128, 0.0, 128)).verdict == "within noise"
+    assert decide(CLAIM, -1 / 128, Band.binomial(1 / 128, 128, 0.0, 128)).verdict == "within noise"
+    assert decide(CLAIM, -1.0, Band.binomial(0.0, 128, 1.0, 128)).verdict == "reproduces"
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         Band.binomial(1.5, 10)
 
@@ -273,6 +277,6 @@ def test_a_section_quotes_its_verdicts_by_claim_id():
 
 
 def test_the_binomial_band_names_what_was_counted():
-    assert Band.binomial(0.5, 159, unit="tokens").source == "2 binomial s.e. on 159 tokens"
+    assert Band.binomial(0.5, 159, unit="tokens").source == "2 binomial s.e. (Agresti-Coull) on 159 tokens"
     with pytest.raises(ValueError):
         Band.binomial(0.5, 10, unit="")
