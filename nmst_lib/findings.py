@@ -201,8 +201,10 @@ def last_epoch_floor(*runs) -> Band:
 
 #: The hyper-parameters a recipe table compares, with the words a page prints for them.
 RECIPE_FIELDS = {
+    "dataset": "data set", "pretrained": "pretrained weights (None: from scratch)",
     "hidden": "hidden size", "layers": "layers", "dropout": "dropout", "lr": "learning rate",
-    "betas": "AdamW betas", "weight_decay": "weight decay", "lr_decay": "lr decay on plateau",
+    "betas": "AdamW betas", "weight_decay": "weight decay", "lr_schedule": "learning-rate schedule",
+    "lr_decay": "lr decay factor (plateau schedule)",
     "patience": "early-stopping patience (epochs)", "max_epochs": "max. epochs",
     "max_steps": "max. steps", "batch_size": "batch size (sequences)",
     "max_batch_tokens": "batch size (tokens)", "grad_accum": "gradient accumulation",
