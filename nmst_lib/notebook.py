@@ -23,7 +23,7 @@ import nmst_lib
 from ._validation import check_positive_int
 from .plots import COLORS, use_book_style
 
-__all__ = ["COLORS", "pick_device", "seed_everything", "setup_notebook"]
+__all__ = ["COLORS", "pick_device", "say", "say_findings", "seed_everything", "setup_notebook"]
 
 
 def seed_everything(seed: int = 0) -> int:
@@ -77,3 +77,47 @@ def setup_notebook(seed: int = 0, *, style: bool = True, verbose: bool = True) -
             where += f" ({torch.cuda.get_device_name(device)})"
         print(f"seed: {seed} | device: {where} | torch {torch.__version__} | nmst_lib {nmst_lib.__version__}")
     return device
+
+
+def _glue(name, value):
+    """myst-nb's ``glue`` when the website is being built, else nothing (Colab, plain Jupyter)."""
+    try:
+        from myst_nb import glue
+    except ImportError:  # Colab: the same numbers are in the tables and printed lines
+        return False
+    glue(name, value, display=False)
+    return True
+
+
+def say(name: str, text) -> str:
+    """Put a computed value into the prose: a markdown cell writes ``{glue:md}`name```.
+
+    Returns the text (so a cell can print it too). Outside a website build (Colab) the
+    value is only returned. Used by Chapters 6-9, whose prose quotes only computed numbers.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"name must be a glue key like 'ch6_gap' (letters, digits, _), got {name!r}")
+    from IPython.display import Markdown
+
+    text = str(text)
+    _glue(name, Markdown(text))
+    return text
+
+
+def say_findings(findings, prefix: str) -> dict:
+    """Glue a chapter's :class:`nmst_lib.findings.Findings`: its list, Summary sentence and counts.
+
+    Keys: ``{prefix}_summary_list`` (the "What reproduces" list), ``{prefix}_summary_counts``
+    (the Summary's sentence) and ``{prefix}_n_<verdict>`` for each verdict, so every count a
+    page states comes from the engine (Chapters 6-9). Returns the counts.
+    """
+    from .findings import Findings
+
+    if not isinstance(findings, Findings):
+        raise TypeError(f"findings must be a nmst_lib.findings.Findings, got {type(findings).__name__}")
+    say(f"{prefix}_summary_list", findings.markdown_list())
+    say(f"{prefix}_summary_counts", findings.summary())
+    counts = findings.counts()
+    for verdict, n in counts.items():
+        say(f"{prefix}_n_{verdict.replace(' ', '_')}", n)
+    return counts

@@ -1,0 +1,386 @@
+"""Verdicts that follow from the numbers: the book's one rule for "does it reproduce?".
+
+Chapters 6-9 test findings of the four papers (Welleck et al. 2020; Choi, Cho and Lee 2023;
+Martins et al. 2020; the contextual-temperature paper) on models far smaller than the papers'.
+Each finding is a :class:`Claim` (an id, the paper and its table or figure, the quantity
+compared and the direction the paper reports), and each verdict comes from one rule, stated
+on the notation page (``book/notation.md``, "Reading the experiments"):
+
+* **forced**: a bound the book proves already decides the outcome (e.g. an ST or NMST model
+  has ``r_nt(L) = 0`` under greedy search once ``t_1/2 <= L``, Proposition 6.1 part 2).
+  The finding is labelled with that theorem and **not counted** as a reproduction.
+* **within noise**: ``|difference| <= band``. The band comes from the spread over seeds where
+  there are at least two seeds on each side (:meth:`Band.from_seeds`), otherwise from a floor
+  the page states (:meth:`Band.floor`, e.g. the last epoch's validation change of a model that
+  had not converged, or :meth:`Band.binomial` for a rate measured on ``n`` contexts). One
+  seed and no floor is refused (:func:`noise_band` raises ``ValueError``).
+* **reproduces** / **does not reproduce**: only outside the band, by the sign of the
+  difference against the paper's direction; the sizes (difference and band) are printed.
+* **not run**: what the book did not run, named with the reason.
+
+:class:`Findings` collects a chapter's verdicts and renders its "What reproduces" list and
+every count of its Summary, so no page states a count that this module did not compute
+(``tests/test_findings.py`` scans the chapters for hand-written counts).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["VERDICTS", "Band", "Claim", "Finding", "Findings", "convergence", "convergence_rows", "decide",
+           "last_epoch_floor", "noise_band", "recipe_rows"]
+
+#: The five verdicts, in the order a page lists their counts.
+VERDICTS = ("reproduces", "does not reproduce", "within noise", "forced", "not run")
+
+
+def _real(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
+def _text(value, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string saying what it is, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Band:
+    """A noise band: a difference with ``|d| <= half_width`` is not read in either direction.
+
+    ``source`` says where the width comes from, in words a page can print
+    (e.g. "2 s.e. over 3 + 3 seeds").
+    """
+
+    half_width: float
+    source: str
+
+    def __post_init__(self):
+        width = _real(self.half_width, "half_width")
+        if width < 0:
+            raise ValueError(f"half_width must be >= 0, got {width}")
+        object.__setattr__(self, "half_width", width)
+        _text(self.source, "source")
+
+    @classmethod
+    def from_seeds(cls, a, b=None, *, k: float = 2.0) -> Band:
+        """``k`` standard errors of ``mean(a) - mean(b)`` from the seeds' spread.
+
+        ``a`` and ``b`` are the per-seed values of the two models compared (``b=None``:
+        one model against a fixed number). Each needs at least two seeds (else there is no
+        spread: use :meth:`floor` and say why); ``ValueError`` otherwise.
+        """
+        groups = [np.asarray(g, dtype=float).ravel() for g in (a, b) if g is not None]
+        for g in groups:
+            if g.size < 2:
+                raise ValueError(f"a band from seeds needs >= 2 seeds per model, got {g.size}; "
+                                 "state a floor instead (Band.floor)")
+            if not np.all(np.isfinite(g)):
+                raise ValueError("seed values must be finite")
+        var = sum(float(g.var(ddof=1)) / g.size for g in groups)
+        sizes = " + ".join(str(g.size) for g in groups)
+        return cls(k * math.sqrt(var), f"{k:g} s.e. over {sizes} seeds")
+
+    @classmethod
+    def floor(cls, half_width, reason: str) -> Band:
+        """A stated floor: a fixed tolerance the page names, with ``reason`` saying why."""
+        return cls(abs(_real(half_width, "half_width")), _text(reason, "reason"))
+
+    @classmethod
+    def binomial(cls, p_a, n_a, p_b=None, n_b=None, *, k: float = 2.0, unit: str = "contexts") -> Band:
+        """``k`` binomial standard errors of a rate (or of a difference of two rates).
+
+        A rate such as ``r_nt`` measured on ``n`` contexts, ``x = p n`` of them counted, has the
+        Agresti-Coull standard error ``sqrt(q (1 - q) / (n + 4))`` with ``q = (x + 2) / (n + 4)``,
+        which stays positive at ``p = 0`` and ``p = 1`` (where the plain ``sqrt(p (1 - p) / n)``
+        would claim no noise at all; a zero on ``n`` contexts only means ``r < 3/n``,
+        Proposition 6.1 part 3); two independent rates add in quadrature. ``unit`` names what
+        was counted (contexts, tokens), for the printed source.
+        """
+        var, ns = 0.0, []
+        for p, n in ((p_a, n_a), (p_b, n_b)):
+            if p is None:
+                continue
+            p = _real(p, "rate")
+            if not 0.0 <= p <= 1.0 or isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+                raise ValueError(f"a rate must lie in [0, 1] with n >= 1 contexts, got p={p}, n={n!r}")
+            q = (p * n + 2.0) / (n + 4.0)
+            var += q * (1.0 - q) / (n + 4.0)
+            ns.append(str(n))
+        return cls(k * math.sqrt(var), f"{k:g} binomial s.e. (Agresti-Coull) on {' and '.join(ns)} {_text(unit, 'unit')}")
+
+
+def noise_band(*, seeds=None, floor: Band | None = None) -> Band:
+    """The band of the rule: from the seeds when each side has >= 2, else the stated floor.
+
+    ``seeds`` is ``(a, b)`` or ``(a,)`` per-seed values. With both, the wider band is used.
+    One seed and no floor raises ``ValueError`` (a single run cannot say what is noise).
+    """
+    if floor is not None and not isinstance(floor, Band):
+        raise TypeError(f"floor must be a Band (e.g. Band.floor(0.5, 'why')), got {type(floor).__name__}")
+    from_seeds = None
+    if seeds is not None:
+        groups = [np.asarray(g, dtype=float).ravel() for g in seeds if g is not None]
+        if groups and all(g.size >= 2 for g in groups):
+            from_seeds = Band.from_seeds(*groups)
+    if from_seeds is None and floor is None:
+        raise ValueError("one seed and no stated floor: the noise band is unknown, so no verdict can be "
+                         "read; give >= 2 seeds per model or a floor (Band.floor(width, reason))")
+    if from_seeds is None or (floor is not None and floor.half_width > from_seeds.half_width):
+        return floor
+    return from_seeds
+
+
+def convergence(result) -> dict:
+    """Whether one stored run converged, from its per-epoch history (``metrics.history``).
+
+    Returns ``metric`` (``val_ppl``, or ``val_loss`` where the history has no perplexity,
+    as for the entmax models of Chapter 8), ``best_epoch``, ``last_epoch``, ``last_change``
+    (last epoch's value minus the one before; NaN with one epoch) and ``converged``: True when
+    the best epoch came before the last one (validation had stopped improving), False when
+    the last epoch was still the best, i.e. training was cut while the model improved.
+    """
+    try:
+        history = list(result["metrics"]["history"])
+    except (KeyError, TypeError):
+        raise ValueError("a stored result needs metrics.history (one entry per epoch)") from None
+    if not history:
+        raise ValueError("metrics.history is empty: no epoch was recorded")
+    metric = "val_ppl" if history[0].get("val_ppl") is not None else "val_loss"
+    values = [float(h[metric]) for h in history]
+    best = int(np.argmin(values)) + 1
+    change = values[-1] - values[-2] if len(values) >= 2 else math.nan
+    return {"metric": metric, "best_epoch": best, "last_epoch": len(values),
+            "last_change": change, "converged": best < len(values)}
+
+
+def convergence_rows(groups) -> list:
+    """One table row per model: ``groups`` maps a model's name to its runs (one per seed).
+
+    Shows each seed's best and last epoch and last-epoch validation change, and whether every
+    seed converged (Chapters 6-9 show it under their results tables).
+    """
+    rows = []
+    for name, runs in groups.items():
+        cs = [convergence(r) for r in runs]
+        if not cs:
+            raise ValueError(f"model {name!r} has no runs")
+        done = sum(c["converged"] for c in cs)
+        rows.append({"model": name,
+                     "best / last epoch": ", ".join(f"{c['best_epoch']}/{c['last_epoch']}" for c in cs),
+                     f"last epoch's change ({cs[0]['metric']})": ", ".join(f"{c['last_change']:+.3g}" for c in cs),
+                     "converged": "yes" if done == len(cs) else
+                     ("no: still improving" if done == 0 else f"{done} of {len(cs)} seeds")})
+    return rows
+
+
+def last_epoch_floor(*runs) -> Band:
+    """The floor for models that had not converged: the largest last-epoch validation change
+    over ``runs`` (one more epoch could move either model by that much). Runs that converged
+    contribute nothing; if every run converged the floor is 0 (the seeds must then give the band)."""
+    changes, metrics = [], set()
+    for r in runs:
+        c = convergence(r)
+        metrics.add(c["metric"])
+        if not c["converged"] and not math.isnan(c["last_change"]):
+            changes.append(abs(c["last_change"]))
+    if len(metrics) > 1:
+        raise ValueError(f"the runs compared record different validation metrics {sorted(metrics)}")
+    return Band(max(changes, default=0.0), "the largest last-epoch validation change of the runs "
+                "compared, which were still improving")
+
+
+#: The hyper-parameters a recipe table compares, with the words a page prints for them.
+RECIPE_FIELDS = {
+    "dataset": "data set", "pretrained": "pretrained weights (None: from scratch)",
+    "hidden": "hidden size", "layers": "layers", "dropout": "dropout", "lr": "learning rate",
+    "betas": "AdamW betas", "weight_decay": "weight decay", "lr_schedule": "learning-rate schedule",
+    "lr_decay": "lr decay factor (plateau schedule)",
+    "patience": "early-stopping patience (epochs)", "max_epochs": "max. epochs",
+    "max_steps": "max. steps", "batch_size": "batch size (sequences)",
+    "max_batch_tokens": "batch size (tokens)", "grad_accum": "gradient accumulation",
+    "clip": "gradient clip", "vocab_cap": "vocabulary cap (None: every word)",
+    "decode_max_len": "decoding limit L", "num_decode_contexts": "decoded contexts (None: all)",
+}
+
+
+def recipe_rows(ours, paper, fields=RECIPE_FIELDS, *, seeds=None) -> list:
+    """Our recipe beside the paper's, one row per hyper-parameter, each deviation named.
+
+    ``ours`` and ``paper`` are configs (dataclasses or mappings) of the same experiment at
+    our profile and at the ``paper`` profile, which encodes the paper's published settings
+    (e.g. Choi et al. 2023 App. D). ``seeds``: optional ``(ours, paper)`` seed counts.
+    Fields that are None in both are left out. Chapters 6-9 show it as their recipe table.
+    """
+    def get(config, name):
+        if isinstance(config, dict):
+            return config.get(name)
+        return getattr(config, name, None)
+
+    rows = []
+    for name, label in fields.items():
+        a, b = get(ours, name), get(paper, name)
+        if a is None and b is None:
+            continue
+        a, b = (tuple(v) if isinstance(v, list) else v for v in (a, b))
+        rows.append({"hyper-parameter": label, "ours": "None" if a is None else str(a),
+                     "paper": "None" if b is None else str(b), "deviation": "" if a == b else "differs"})
+    if seeds is not None:
+        a, b = seeds
+        rows.append({"hyper-parameter": "seeds per model", "ours": str(a), "paper": str(b),
+                     "deviation": "" if a == b else "differs"})
+    return rows
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One finding of a paper that the book tests.
+
+    ``quantity`` names the difference compared (e.g. "NMST − ST validation perplexity");
+    ``direction`` is the sign the paper reports for it: ``-1`` (below zero) or ``+1``.
+    ``paper_value`` quotes what the paper reports (text, as printed there).
+    """
+
+    id: str
+    paper: str
+    where: str
+    statement: str
+    quantity: str = ""
+    direction: int = -1
+    paper_value: str = ""
+
+    def __post_init__(self):
+        for name in ("id", "paper", "where", "statement"):
+            _text(getattr(self, name), name)
+        if self.direction not in (-1, 1) or isinstance(self.direction, bool):
+            raise ValueError(f"direction must be -1 (the paper reports the quantity below 0) or +1, "
+                             f"got {self.direction!r}")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim with its verdict, the measured difference, the band and the reason."""
+
+    claim: Claim
+    verdict: str
+    value: float | None = None
+    band: Band | None = None
+    reason: str = ""
+    digits: int = 2
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+    @property
+    def counted(self) -> bool:
+        """Whether the finding counts for or against the paper (forced and not-run do not)."""
+        return self.verdict in ("reproduces", "does not reproduce")
+
+    def sizes(self) -> str:
+        """The numbers behind the verdict, e.g. "NMST − ST = −4.80; band ±15.00 (...)"."""
+        parts = []
+        if self.value is not None:
+            name = self.claim.quantity or "difference"
+            parts.append(f"{name} = {self.value:+.{self.digits}f}")
+        if self.band is not None:
+            parts.append(f"noise band ±{self.band.half_width:.{self.digits}f} ({self.band.source})")
+        if self.claim.paper_value:
+            parts.append(f"paper: {self.claim.paper_value}")
+        if self.reason:
+            parts.append(self.reason)
+        return "; ".join(parts)
+
+
+def decide(claim: Claim, value, band: Band, *, digits: int = 2) -> Finding:
+    """The rule: within noise if ``|value| <= band``, else reproduces when ``value`` has the
+    paper's sign (``claim.direction``) and does not reproduce otherwise."""
+    if not isinstance(claim, Claim):
+        raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
+    if not isinstance(band, Band):
+        raise TypeError(f"band must be a Band (see noise_band), got {type(band).__name__}")
+    value = _real(value, "value")
+    if abs(value) <= band.half_width:
+        verdict = "within noise"
+    elif math.copysign(1.0, value) == claim.direction:
+        verdict = "reproduces"
+    else:
+        verdict = "does not reproduce"
+    return Finding(claim, verdict, value, band, digits=digits)
+
+
+@dataclass
+class Findings:
+    """A chapter's findings, in the order the page tests them; renders its list and counts."""
+
+    chapter: str
+    items: list = field(default_factory=list)
+
+    def _add(self, finding: Finding) -> Finding:
+        if any(f.claim.id == finding.claim.id for f in self.items):
+            raise ValueError(f"claim id {finding.claim.id!r} is already judged on this page")
+        self.items.append(finding)
+        return finding
+
+    def judge(self, claim: Claim, value, *, seeds=None, floor: Band | None = None,
+              digits: int = 2) -> Finding:
+        """Apply the rule to ``value`` with the band of :func:`noise_band`."""
+        return self._add(decide(claim, value, noise_band(seeds=seeds, floor=floor), digits=digits))
+
+    def forced(self, claim: Claim, theorem: str, value=None, *, digits: int = 2) -> Finding:
+        """A finding a proved bound decides: labelled with ``theorem``, not counted."""
+        value = None if value is None else _real(value, "value")
+        return self._add(Finding(claim, "forced", value, None, f"forced by {_text(theorem, 'theorem')}",
+                                 digits=digits))
+
+    def not_run(self, claim: Claim, reason: str) -> Finding:
+        """A finding the book did not test, with the reason."""
+        return self._add(Finding(claim, "not run", None, None, f"not run: {_text(reason, 'reason')}"))
+
+    def __getitem__(self, claim_id: str) -> Finding:
+        for f in self.items:
+            if f.claim.id == claim_id:
+                return f
+        raise KeyError(f"no finding {claim_id!r} on this page; judged: {[f.claim.id for f in self.items]}")
+
+    def line(self, *claim_ids: str) -> str:
+        """The verdicts of some findings in one sentence, for the prose of their section."""
+        return "; ".join(f"{self[i].claim.statement}: *{self[i].verdict}* ({self[i].sizes()})"
+                         for i in claim_ids) + "."
+
+    def counts(self) -> dict:
+        """``{verdict: number}`` over the five verdicts (zeros included)."""
+        return {v: sum(f.verdict == v for f in self.items) for v in VERDICTS}
+
+    def summary(self) -> str:
+        """The Summary's sentence, e.g. "of the 9 findings ... tested, 3 reproduce, ..."."""
+        c = self.counts()
+        tested = len(self.items) - c["not run"]
+
+        def n(k, one, many):
+            return f"{k} {one if k == 1 else many}"
+
+        return (f"of the {tested} findings of the papers tested on this page, "
+                f"{n(c['reproduces'], 'reproduces', 'reproduce')}, {n(c['does not reproduce'], 'does not', 'do not')}, "
+                f"{n(c['within noise'], 'is', 'are')} within the noise, and "
+                f"{n(c['forced'], 'is', 'are')} forced by a theorem (not counted); "
+                f"{n(c['not run'], 'was', 'were')} not run")
+
+    def markdown_list(self) -> str:
+        """One bullet per finding: statement (paper, where): **verdict** (sizes)."""
+        return "\n".join(f"* **{f.claim.statement}** ({f.claim.paper}, {f.claim.where}): "
+                         f"*{f.verdict}* ({f.sizes()})." for f in self.items)
+
+    def rows(self) -> list:
+        """Table rows for :func:`nmst_lib.report.html_table`."""
+        return [{"finding": f.claim.statement, "paper": f"{f.claim.paper}, {f.claim.where}",
+                 "verdict": f.verdict, "sizes": f.sizes()} for f in self.items]
