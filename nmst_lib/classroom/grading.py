@@ -109,8 +109,8 @@ def grade_submission(autograder_zip: str | Path, submission: str | Path, out_dir
     the autograder zip, in ``mode`` (``"sandbox"``: bubblewrap, see :mod:`.sandbox`; ``"trusted"``:
     no isolation) under ``limits``. Raises SubmissionError (not a notebook of this assignment),
     GradingTimeout, GradingFailed (otter produced no results), SandboxUnavailable. A failing student
-    cell is not an error: it only loses points. ``out_dir`` keeps ``results.json`` and the
-    submission's working folder (``work/``, with whatever the notebook wrote there).
+    cell is not an error: it only loses points. ``out_dir`` keeps ``results.json`` and what the
+    notebook could write: ``work/`` (the copy of it that ran), ``home/`` (its ``$HOME``), ``tmp/``.
     """
     autograder_zip, submission = Path(autograder_zip).resolve(), Path(submission).resolve()
     if not autograder_zip.is_file():
@@ -132,7 +132,8 @@ def grade_submission(autograder_zip: str | Path, submission: str | Path, out_dir
         if out_dir is not None:
             out = Path(out_dir)
             out.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(scratch / "work", out / "work", dirs_exist_ok=True, symlinks=True)
+            for sub in ("work", "home", "tmp"):
+                shutil.copytree(scratch / sub, out / sub, dirs_exist_ok=True, symlinks=True)
             if results_file.is_file():
                 shutil.copy2(results_file, out / "results.json")
         if result.timed_out:

@@ -10,7 +10,8 @@ Grading executes code written by people the instructor does not know. Two modes:
   ones), and no network (its own loopback only). ``--die-with-parent`` and the PID namespace mean
   that killing the sandbox kills every process the submission started.
 * **trusted**: no isolation (the code runs as the grading user, with the user's files, environment
-  and network, as ``otter run`` does); only the limits below apply. For code the instructor trusts,
+  and network, as ``otter run`` does; only ``$HOME`` and ``$TMPDIR`` point into the scratch folder,
+  which keeps caches tidy and protects nothing); only the limits below apply. For code the instructor trusts,
   or machines without a working ``bwrap``.
 
 Both modes apply a wall-clock timeout (the whole process group, and in the sandbox the whole PID
@@ -193,9 +194,12 @@ def run_limited(argv: list[str], scratch: str | Path, *, mode: str = "sandbox", 
         env = _sandbox_env()
         cmd, cwd = _sandbox_argv(limited, scratch, [*python_paths(), *read_only], env), scratch
         env_outer = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    else:
+    else:  # the grader's environment, but HOME and TMPDIR in the scratch folder (caches, otter's files)
+        for sub in ("home", "tmp"):
+            (scratch / sub).mkdir(exist_ok=True)
         cmd, cwd = limited, scratch / "work"
-        env_outer = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1")
+        env_outer = dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1", HOME=str(scratch / "home"),
+                         TMPDIR=str(scratch / "tmp"))
     start = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env_outer, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
