@@ -15,12 +15,13 @@ bash scripts/setup.sh
 # no NMST_* variables, no network (scripts/test_plain_clone.sh; 1.5-3 minutes on 2 cores).
 bash scripts/test_plain_clone.sh
 
-# A real browser for the site checks (Debian's chromium + chromedriver).
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+# A real browser for the site checks (Debian's chromium + chromedriver), and bubblewrap, the
+# sandbox that grades the classroom kit's submissions (tests/classroom).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 || ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi
-  echo "[test] installing Debian's chromium and chromium-driver for the browser tests"
+  echo "[test] installing Debian's chromium, chromium-driver and bubblewrap for the browser and grading tests"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver bubblewrap >/dev/null
 fi
 
 # Build the website first (it executes every chapter); the browser tests check the result.

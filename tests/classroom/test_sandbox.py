@@ -130,3 +130,16 @@ def test_the_sandbox_blocks_writes_reads_variables_and_connections_that_trusted_
     else:
         assert not any(leaks.values()), leaks
         assert "Read-only file system" in result.stdout or "No such file" in result.stdout, result.stdout
+
+
+def test_in_the_sandbox_a_process_that_detaches_does_not_outlive_a_normal_exit(tmp_path):
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap does not work here: {sandbox_problem()}")
+    marker = f"detached-{uuid.uuid4().hex[:12]}"
+    code = (f"import subprocess, sys, time\n"
+            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)', '{marker}'], "
+            "start_new_session=True)\n"
+            "time.sleep(1)\n")
+    result = run_limited(python(code), tmp_path, mode="sandbox", limits=Limits(timeout_s=60))
+    assert result.returncode == 0 and not result.timed_out, result
+    assert wait_until_gone(marker) == [], f"left running: {processes_with(marker)}"
