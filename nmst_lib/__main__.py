@@ -540,7 +540,11 @@ def _grade_batch(args, assignment: str, zip_path: str, out: str, files: list[str
                     file_bytes=DEFAULT_LIMITS.file_bytes)
     index_path = os.path.join(out, "index.json")
     with open(index_path, encoding="utf-8") as f:
-        questions = [q["name"] for q in json.load(f)["assignments"][assignment]["questions"] if q["kind"] == "autograded"]
+        entry = json.load(f).get("assignments", {}).get(assignment)
+    if entry is None:
+        raise ValueError(f"{index_path} does not list {assignment}: run `python -m nmst_lib assignments build "
+                         f"--only {assignment}` first")
+    questions = [q["name"] for q in entry["questions"] if q["kind"] == "autograded"]
     mode = "trusted" if args.trusted else "sandbox"
     _log(f"[assignments] grading {len(files)} submission(s) of {assignment} ({mode} mode; at most "
          f"{limits.timeout_s:g} s and {limits.memory_bytes / 2**30:g} GiB each)")

@@ -345,3 +345,15 @@ def test_in_the_sandbox_the_solution_still_gets_full_marks(escapes, index):
     assert isinstance(scores, dict), f"grading in the sandbox failed: {scores}"
     assert sum(v["score"] for v in scores.values()) == index["assignments"][A1]["autograded_points"], scores
     assert all(v["score"] == v["max_score"] for v in scores.values()), scores
+
+
+def test_the_command_refuses_without_a_sandbox_and_names_the_trusted_flag(built, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(grading, "sandbox_problem", lambda: "bubblewrap (`bwrap`) is not installed")
+    argv = ["assignments", "grade", A1, str(FIXTURES / "bad_truncated.ipynb"), "--csv", str(tmp_path / "s.csv"),
+            "--out", str(built)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no sandbox on this machine" in err and "--trusted" in err, err
+    assert not (tmp_path / "s.csv").exists()
+    assert main([*argv, "--trusted"]) == 1  # graded (here: reported as failed) without isolation
+    assert read_rows(tmp_path / "s.csv")[0]["status"] == "failed"
