@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="grade: write one row per submission (status, scores, one-line error) to this CSV, "
                         "rewritten after each one; a second run with the same file resumes the batch")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="grade: wall-clock limit per submission [600]")
+                   help="grade: wall-clock limit per submission [900]")
     p.add_argument("--memory-gb", type=float, default=None, metavar="GB",
                    help="grade: memory (data segment) limit per submission, in GiB [6]")
     p.add_argument("--trusted", action="store_true",

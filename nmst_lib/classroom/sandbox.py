@@ -65,7 +65,7 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
     """Per-submission limits: wall-clock seconds, data-segment bytes (memory), bytes per written file."""
 
-    timeout_s: float = 600.0
+    timeout_s: float = 900.0
     memory_bytes: int = 6 * 2**30
     file_bytes: int = 2**30
 
