@@ -27,9 +27,10 @@ from .sandbox import Limits, SandboxUnavailable, run_limited, sandbox_problem
 __all__ = ["SubmissionError", "GradingTimeout", "GradingFailed", "Outcome", "check_submission", "grade_submission",
            "grade_one", "grade_batch", "DEFAULT_LIMITS", "STATUSES"]
 
-#: The default limits, from the solution notebooks graded on 2 CPU cores shared with other jobs
-#: (load average 6-8): the slowest, a2, took 208 s without and 222 s with the sandbox, so 900 s
-#: is four times that; the largest data segment of a grading kernel was 1.7 GiB (a3), so 6 GiB.
+#: The default limits, from the solution notebooks graded twice in each mode on 2 CPU cores shared
+#: with other jobs (load average 6-9): the slowest, a2, took 160-208 s without and 189-222 s with
+#: the sandbox, so 900 s is four times the slowest; the largest data segment of a grading kernel
+#: was 1.7 GiB (a3), so 6 GiB.
 DEFAULT_LIMITS = Limits(timeout_s=900.0, memory_bytes=6 * 2**30, file_bytes=2**30)
 #: A submission's status in the CSV.
 STATUSES = ("graded", "failed", "timed out")
