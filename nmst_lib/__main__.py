@@ -236,7 +236,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="grade: the assignment id, then one or more submitted .ipynb files")
     p.add_argument("--only", default=None, metavar="ID[,ID]", help="build: only these assignments")
     p.add_argument("--out", default=None, metavar="DIR", help="where the editions are [_build/assignments]")
-    p.add_argument("--csv", default=None, metavar="FILE", help="grade: also write the scores as a CSV table")
+    p.add_argument("--csv", default=None, metavar="FILE",
+                   help="grade: write one row per submission (status, scores, one-line error) to this CSV, "
+                        "rewritten after each one; a second run with the same file resumes the batch")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="grade: wall-clock limit per submission [900]")
+    p.add_argument("--memory-gb", type=float, default=None, metavar="GB",
+                   help="grade: memory (data segment) limit per submission, in GiB [6]")
+    p.add_argument("--trusted", action="store_true",
+                   help="grade: run the notebooks WITHOUT the bubblewrap sandbox, with your rights, files, "
+                        "environment and network (only for code you trust; limits still apply)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="grade: grade again the submissions whose CSV row says failed or timed out")
     p.add_argument("--sync-package", action="store_true",
                    help="build: also copy the public tests into nmst_lib/classroom/public_tests/ (what Colab "
                         "students check against; commit the result after editing a master)")
@@ -471,7 +482,7 @@ def _cmd_temperature(args) -> int:
 
 def _cmd_assignments(args) -> int:
     from .classroom import ASSIGNMENTS
-    from .classroom.build import build_assignments, grade_submission
+    from .classroom.build import build_assignments
 
     if args.action == "build":
         if args.items:
@@ -512,27 +523,47 @@ def _cmd_assignments(args) -> int:
             files.extend(found)
         else:
             files.append(item)
-    rows = []
-    for sub in files:
-        scores = grade_submission(zip_path, sub)
-        total = sum(v["score"] for v in scores.values())
-        top = sum(v["max_score"] for v in scores.values())
-        detail = ", ".join(f"{q} {v['score']:g}/{v['max_score']:g}" for q, v in scores.items())
-        _log(f"{sub}: {total:g}/{top:g} autograded points ({detail}); manual questions are graded by rubric")
-        rows.append((sub, scores, total))
-    if args.csv:
-        import csv
+    return _grade_batch(args, assignment, zip_path, out, files)
 
-        questions = sorted({q for _, scores, _ in rows for q in scores})
-        tmp = args.csv + ".tmp"
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(["submission", *questions, "autograded_total"])
-            for sub, scores, total in rows:
-                w.writerow([sub, *[scores.get(q, {}).get("score", "") for q in questions], total])
-        os.replace(tmp, args.csv)
-        _log(f"[assignments] scores of {len(rows)} submissions written to {args.csv}")
-    return 0
+
+def _grade_batch(args, assignment: str, zip_path: str, out: str, files: list[str]) -> int:
+    """`assignments grade`: every file graded or reported; exit 0 when all graded, 1 when any was not."""
+    from .classroom.grading import DEFAULT_LIMITS, grade_batch
+    from .classroom.sandbox import Limits, SandboxUnavailable
+
+    for name in ("timeout", "memory_gb"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+    limits = Limits(timeout_s=args.timeout or DEFAULT_LIMITS.timeout_s,
+                    memory_bytes=int(args.memory_gb * 2**30) if args.memory_gb else DEFAULT_LIMITS.memory_bytes,
+                    file_bytes=DEFAULT_LIMITS.file_bytes)
+    index_path = os.path.join(out, "index.json")
+    with open(index_path, encoding="utf-8") as f:
+        entry = json.load(f).get("assignments", {}).get(assignment)
+    if entry is None:
+        raise ValueError(f"{index_path} does not list {assignment}: run `python -m nmst_lib assignments build "
+                         f"--only {assignment}` first")
+    questions = [q["name"] for q in entry["questions"] if q["kind"] == "autograded"]
+    mode = "trusted" if args.trusted else "sandbox"
+    _log(f"[assignments] grading {len(files)} submission(s) of {assignment} ({mode} mode; at most "
+         f"{limits.timeout_s:g} s and {limits.memory_bytes / 2**30:g} GiB each)")
+    try:
+        summary = grade_batch(zip_path, files, questions, args.csv, mode=mode, limits=limits,
+                              retry_failed=args.retry_failed, log=lambda line, bar: bar.write(line, file=sys.stderr))
+    except SandboxUnavailable as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {args.csv or 'no CSV'} holds every submission graded so far; the same command "
+              "grades the rest", file=sys.stderr)
+        return 130
+    _log(f"[assignments] {len(files)} submission(s): {summary['graded']} graded, {summary['failed']} failed, "
+         f"{summary['timed out']} timed out" + (f" ({summary['skipped']} already in {args.csv}, not graded again)"
+                                                if summary["skipped"] else ""))
+    if args.csv:
+        _log(f"[assignments] scores written to {args.csv}")
+    return 0 if summary["failed"] == summary["timed out"] == 0 else 1
 
 
 _COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "run-suite": _cmd_run_suite,

@@ -4,7 +4,8 @@
 #   2. library unit tests    from a plain clone without data or network, 2 workers
 #                            (scripts/test_plain_clone.sh); the tests that skip there for want of
 #                            the real data run in step 8, where the data is
-#   3. system packages       Debian's chromium + chromium-driver (browser checks) if absent
+#   3. system packages       Debian's chromium + chromium-driver (browser checks) and bubblewrap
+#                            (the grading sandbox) if absent
 #   4. website               jupyter-book build, zero warnings; it executes every chapter with
 #                            raise_on_error, which is what nbval checked a second time before
 #   5. course edition        the site without solutions (reuses the execution cache)
@@ -43,12 +44,14 @@ stage() {  # stage NAME COMMAND...: run it, record its time whether it passes or
 }
 
 install_system_packages() {
-  # A real browser for the site checks (Debian's chromium + chromedriver).
-  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  # A real browser for the site checks (Debian's chromium + chromedriver), and bubblewrap, the
+  # sandbox that grades the classroom kit's submissions (tests/classroom).
+  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 \
+      || ! command -v bwrap >/dev/null 2>&1; then
     local SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
-    echo "[test] installing Debian's chromium and chromium-driver for the browser tests"
+    echo "[test] installing Debian's chromium, chromium-driver and bubblewrap for the browser and grading tests"
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver bubblewrap >/dev/null
   fi
 }
 

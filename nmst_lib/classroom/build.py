@@ -8,6 +8,7 @@ under ``_build/assignments/<id>/``:
 * ``instructor/`` -- the solution notebook with rubrics, and every test, hidden ones included;
 * ``<id>-autograder.zip`` -- what ``otter run``/``otter grade`` and Gradescope take.
 
+Grading submissions (sandboxed, with limits, batch by batch) is :mod:`nmst_lib.classroom.grading`.
 ``index.json`` beside them lists each assignment's questions, their kind (autograded or manual)
 and points, with provenance (code version, otter-grader version, date).
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from . import ASSIGNMENTS
+from .grading import grade_submission  # noqa: F401 -- grading lives in .grading; kept importable from here
 
 __all__ = ["repository_root", "master_notebook", "assignment_questions", "build_assignments", "grade_submission"]
 
@@ -195,34 +197,3 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
     tmp_index.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp_index, index_path)
     return index
-
-
-def grade_submission(autograder_zip: str | Path, submission: str | Path, out_dir: str | Path | None = None) -> dict:
-    """Grade one submitted notebook with ``otter run`` (no Docker): ``{question: {"score", "max_score"}}``.
-
-    Runs the notebook top to bottom in a fresh kernel, then every test case (public and hidden) of
-    the autograder zip. Raises RuntimeError when otter produces no results (a crash of the grader,
-    not a failing student cell: those only lose points). ``out_dir`` keeps ``results.json``.
-    """
-    autograder_zip, submission = Path(autograder_zip).resolve(), Path(submission).resolve()
-    for path, what in ((autograder_zip, "autograder zip"), (submission, "submission")):
-        if not path.is_file():
-            raise ValueError(f"the {what} {path} does not exist")
-    if submission.suffix != ".ipynb":
-        raise ValueError(f"a submission is a Jupyter notebook (.ipynb), got {submission.name}")
-    with tempfile.TemporaryDirectory(prefix="nmst-grade-") as tmp:
-        results_dir = Path(out_dir).resolve() if out_dir is not None else Path(tmp) / "out"
-        results_dir.mkdir(parents=True, exist_ok=True)
-        work = Path(tmp) / "work"
-        work.mkdir()
-        shutil.copy2(submission, work / submission.name)
-        _otter("run", "-a", str(autograder_zip), "-o", str(results_dir), submission.name, cwd=work)
-        results_file = results_dir / "results.json"
-        if not results_file.is_file():
-            raise RuntimeError(f"otter run wrote no results.json for {submission.name}")
-        results = json.loads(results_file.read_text(encoding="utf-8"))
-    scores = {}
-    for test in results.get("tests", []):
-        if "max_score" in test and test.get("max_score") is not None and test.get("name") != "Public Tests":
-            scores[test["name"]] = {"score": float(test.get("score") or 0.0), "max_score": float(test["max_score"])}
-    return scores

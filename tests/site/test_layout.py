@@ -85,9 +85,11 @@ def test_from_a_phone_every_chapter_is_reachable_through_the_table_of_contents(s
     time.sleep(0.5)
     [b for b in browser.find_elements("css selector", ".primary-toggle") if b.is_displayed()][0].click()
     time.sleep(0.6)
+    panel = layout._visible_panel(browser, layout.TOGGLES["primary"][1])
+    assert panel, "the table of contents did not open on a phone"
     hrefs = browser.execute_script(r"""
-        const panel = document.querySelector('#pst-primary-sidebar-modal[open]') || document.querySelector('#pst-primary-sidebar');
-        return [...panel.querySelectorAll('nav a[href]')].filter(a => a.getBoundingClientRect().height > 0).map(a => a.href);""")
+        const panel = [...document.querySelectorAll(arguments[0])].find(el => el.getBoundingClientRect().width > 40);
+        return [...panel.querySelectorAll('a[href]')].map(a => a.href);""", panel["selector"])
     browser.set_window_size(*DESKTOP)
     chapters = [d for d in PAGES if d.startswith("chapters/")]
     missing = [d for d in chapters if not any(h.split("#")[0].endswith(d + ".html") for h in hrefs)]

@@ -1,0 +1,300 @@
+"""Grade submitted notebooks so that no submission can stop, hang or abuse a batch.
+
+:func:`grade_submission` grades one notebook with ``otter run`` inside the limits and sandbox of
+:mod:`nmst_lib.classroom.sandbox` and raises on anything but a grade; :func:`grade_one` turns every
+outcome (graded, failed, timed out) into a :class:`Outcome`; :func:`grade_batch` grades a list of
+notebooks into a CSV that is rewritten atomically after each one, so an interrupted batch resumes
+where it stopped without grading anything twice. The instructor guide (book/instructors.md,
+"Grading safely") describes the modes; ``python -m nmst_lib assignments grade`` is the command.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+from . import ASSIGNMENTS
+from .sandbox import Limits, SandboxUnavailable, run_limited, sandbox_problem
+
+__all__ = ["SubmissionError", "GradingTimeout", "GradingFailed", "Outcome", "check_submission", "grade_submission",
+           "grade_one", "grade_batch", "DEFAULT_LIMITS", "STATUSES"]
+
+#: The default limits, from the solution notebooks graded twice in each mode on 2 CPU cores shared
+#: with other jobs (load average 6-9): the slowest, a2, took 160-208 s without and 189-222 s with
+#: the sandbox, so 900 s is four times the slowest; the largest data segment of a grading kernel
+#: was 1.7 GiB (a3), so 6 GiB.
+DEFAULT_LIMITS = Limits(timeout_s=900.0, memory_bytes=6 * 2**30, file_bytes=2**30)
+#: A submission's status in the CSV.
+STATUSES = ("graded", "failed", "timed out")
+_MAX_NOTEBOOK_BYTES = 64 * 2**20
+
+
+class SubmissionError(ValueError):
+    """The file is not a gradable submission of this assignment (not JSON, not a notebook, ...)."""
+
+
+class GradingTimeout(RuntimeError):
+    """The submission ran past its wall-clock limit and was killed with all its processes."""
+
+
+class GradingFailed(RuntimeError):
+    """otter-grader stopped without results (a crash, or a limit such as memory was hit)."""
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def check_submission(submission: str | Path, assignment: str | None = None) -> dict:
+    """Read ``submission`` as a notebook of ``assignment`` and return it, or raise SubmissionError.
+
+    Checks, in order: the file exists and ends in ``.ipynb``; it is at most 64 MiB; it is JSON;
+    nbformat reads and validates it as a notebook; when it names its assignment (otter's
+    ``metadata.otter.assignment_name``), that is ``assignment``.
+    """
+    path = Path(submission)
+    if not path.is_file():
+        raise SubmissionError(f"no such file: {path}")
+    if path.suffix != ".ipynb":
+        raise SubmissionError(f"a submission is a Jupyter notebook (.ipynb), got {path.name}")
+    if path.stat().st_size > _MAX_NOTEBOOK_BYTES:
+        raise SubmissionError(f"the notebook is {path.stat().st_size / 2**20:.0f} MiB, more than the 64 MiB allowed")
+    try:
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SubmissionError(f"not a notebook: the file is not valid JSON ({_one_line(err, 120)})") from None
+    import nbformat
+
+    if not isinstance(raw, dict) or "cells" not in raw or "nbformat" not in raw:
+        raise SubmissionError("not a notebook: valid JSON, but without the 'cells' and 'nbformat' of a notebook")
+    try:
+        with warnings.catch_warnings():  # nbformat warns about cells without ids (older notebooks): fine
+            warnings.simplefilter("ignore")
+            nb = nbformat.reads(json.dumps(raw), as_version=4)
+            nbformat.validate(nb)
+    except Exception as err:  # nbformat raises its own ValidationError and others
+        raise SubmissionError(f"not a valid notebook: {_one_line(err, 160)}") from None
+    named = (raw.get("metadata") or {}).get("otter", {}) or {}
+    named = named.get("assignment_name") if isinstance(named, dict) else None
+    if assignment is not None and named is not None and named != assignment:
+        raise SubmissionError(f"wrong assignment: the notebook is {named!r}, this batch grades {assignment!r}")
+    return raw
+
+
+def _assignment_of(autograder_zip: Path) -> str | None:
+    name = autograder_zip.name.removesuffix(".zip").removesuffix("-autograder")
+    return name if name in ASSIGNMENTS else None
+
+
+def _read_only_for_grading() -> list[Path]:
+    """What a graded notebook reads besides Python: nmst_lib, the fixture corpus, the data folders."""
+    package = Path(__file__).resolve().parents[1]
+    paths = [package, package.parent / "tests" / "fixtures" / "data"]
+    paths += [Path(os.environ[v]) for v in ("NMST_DATA_DIR", "NMST_WIKITEXT_DIR") if os.environ.get(v)]
+    return [p for p in paths if p.exists()]
+
+
+def grade_submission(autograder_zip: str | Path, submission: str | Path, out_dir: str | Path | None = None, *,
+                     mode: str = "sandbox", limits: Limits = DEFAULT_LIMITS) -> dict:
+    """Grade one notebook with ``otter run``: ``{question: {"score", "max_score"}}``.
+
+    The notebook runs top to bottom in a fresh kernel, then every test case (public and hidden) of
+    the autograder zip, in ``mode`` (``"sandbox"``: bubblewrap, see :mod:`.sandbox`; ``"trusted"``:
+    no isolation) under ``limits``. Raises SubmissionError (not a notebook of this assignment),
+    GradingTimeout, GradingFailed (otter produced no results), SandboxUnavailable. A failing student
+    cell is not an error: it only loses points. ``out_dir`` keeps ``results.json`` and what the
+    notebook could write: ``work/`` (the copy of it that ran), ``home/`` (its ``$HOME``), ``tmp/``.
+    """
+    autograder_zip, submission = Path(autograder_zip).resolve(), Path(submission).resolve()
+    if not autograder_zip.is_file():
+        raise ValueError(f"the autograder zip {autograder_zip} does not exist")
+    check_submission(submission, _assignment_of(autograder_zip))
+    if mode == "sandbox" and sandbox_problem() is not None:
+        raise SandboxUnavailable(sandbox_problem())
+    with tempfile.TemporaryDirectory(prefix="nmst-grade-") as tmp:
+        scratch = Path(tmp)
+        for sub in ("work", "out"):
+            (scratch / sub).mkdir()
+        shutil.copy2(submission, scratch / "work" / "submission.ipynb")
+        shutil.copy2(autograder_zip, scratch / "autograder.zip")
+        where = "/grading" if mode == "sandbox" else str(scratch)
+        argv = [sys.executable, "-m", "otter", "run", "-a", f"{where}/autograder.zip", "-o", f"{where}/out",
+                "submission.ipynb"]
+        result = run_limited(argv, scratch, mode=mode, limits=limits, read_only=_read_only_for_grading())
+        results_file = scratch / "out" / "results.json"
+        if out_dir is not None:
+            out = Path(out_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            for sub in ("work", "home", "tmp"):
+                shutil.copytree(scratch / sub, out / sub, dirs_exist_ok=True, symlinks=True)
+            if results_file.is_file():
+                shutil.copy2(results_file, out / "results.json")
+        if result.timed_out:
+            raise GradingTimeout(f"stopped after the {limits.timeout_s:g} s limit (all its processes killed)")
+        if result.returncode != 0 or not results_file.is_file():
+            last = [ln for ln in result.stderr.splitlines() if ln.strip()][-1:] or [f"exit {result.returncode}"]
+            raise GradingFailed(f"otter run failed (exit {result.returncode}): {_one_line(last[0])}")
+        try:
+            results = json.loads(results_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise GradingFailed(f"otter's results.json is unreadable: {_one_line(err)}") from None
+    return _scores(results)
+
+
+def _scores(results: dict) -> dict:
+    scores = {}
+    for test in results.get("tests", []) if isinstance(results, dict) else []:
+        if isinstance(test, dict) and test.get("max_score") is not None and test.get("name") != "Public Tests":
+            scores[str(test["name"])] = {"score": float(test.get("score") or 0.0), "max_score": float(test["max_score"])}
+    if not scores:
+        raise GradingFailed("otter's results.json holds no graded question")
+    return scores
+
+
+@dataclasses.dataclass
+class Outcome:
+    """One submission's line of the batch: status (graded / failed / timed out), scores, one-line error."""
+
+    submission: str
+    status: str
+    scores: dict
+    error: str = ""
+    seconds: float = 0.0
+    sha256: str = ""
+
+
+def _sha256(path: Path) -> str:
+    """The file's sha256 (read in 1 MiB blocks: an upload may be huge), or "" when it cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(2**20), b""):
+                digest.update(block)
+    except OSError:
+        return ""
+    return digest.hexdigest()
+
+
+def grade_one(autograder_zip, submission, *, mode: str = "sandbox", limits: Limits = DEFAULT_LIMITS) -> Outcome:
+    """:func:`grade_submission` as an :class:`Outcome` that never raises for a bad submission.
+
+    Only a missing sandbox (SandboxUnavailable: nothing could be graded) and Ctrl-C propagate.
+    """
+    import time
+
+    start = time.monotonic()
+    sha = _sha256(Path(submission))
+    try:
+        scores = grade_submission(autograder_zip, submission, mode=mode, limits=limits)
+        status, error = "graded", ""
+    except SandboxUnavailable:
+        raise
+    except GradingTimeout as err:
+        scores, status, error = {}, "timed out", _one_line(err)
+    except Exception as err:  # noqa: BLE001 -- any failure of one submission is reported, never fatal
+        scores, status, error = {}, "failed", _one_line(f"{type(err).__name__}: {err}")
+    return Outcome(str(submission), status, scores, error, time.monotonic() - start, sha)
+
+
+def _columns(questions) -> list[str]:
+    return ["submission", "status", *questions, "autograded_total", "max_total", "seconds", "error", "sha256"]
+
+
+def _read_csv(path: Path, columns: list[str]) -> list[dict]:
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != columns:
+            raise ValueError(f"{path} holds another table (columns {reader.fieldnames}, expected {columns}): "
+                             "give a new --csv file to start a batch")
+        return list(reader)
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+    """Write the whole table to a temporary file beside ``path``, flush it to disk, then rename it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _row(outcome: Outcome, questions) -> dict:
+    total = sum(v["score"] for v in outcome.scores.values())
+    top = sum(v["max_score"] for v in outcome.scores.values())
+    row = {"submission": outcome.submission, "status": outcome.status, "seconds": f"{outcome.seconds:.1f}",
+           "error": outcome.error, "sha256": outcome.sha256,
+           "autograded_total": f"{total:g}" if outcome.status == "graded" else "",
+           "max_total": f"{top:g}" if outcome.status == "graded" else ""}
+    for q in questions:
+        row[q] = f"{outcome.scores[q]['score']:g}" if q in outcome.scores else ""
+    return row
+
+
+def grade_batch(autograder_zip, submissions, questions, csv_path=None, *, mode: str = "sandbox",
+                limits: Limits = DEFAULT_LIMITS, retry_failed: bool = False, progress: bool | None = None,
+                log=None) -> dict:
+    """Grade ``submissions`` one by one into ``csv_path``; return the counts by status.
+
+    Each submission gets one row (:data:`STATUSES`; score columns ``questions``, totals, seconds,
+    a one-line error, the file's sha256); the CSV is rewritten atomically after every submission.
+    A submission that already has a row for the same file content is not graded again (an
+    interrupted batch resumes), unless ``retry_failed`` and its row is not ``graded``. In sandbox
+    mode a machine without a working sandbox raises SandboxUnavailable before anything runs.
+    ``progress``: a tqdm bar on stderr (None: only on a terminal). Returns ``{"graded", "failed",
+    "timed out", "skipped", "rows"}`` (``skipped``: rows kept from an earlier run).
+    """
+    from tqdm.auto import tqdm
+
+    if mode == "sandbox" and sandbox_problem() is not None:
+        raise SandboxUnavailable(f"no sandbox on this machine: {sandbox_problem()}. Grading runs students' code; "
+                                 "without isolation it could read, change or send your files. Install bubblewrap, "
+                                 "or pass --trusted to grade without isolation (only for code you trust)")
+    columns = _columns(list(questions))
+    csv_file = Path(csv_path) if csv_path is not None else None
+    table = {os.path.abspath(r["submission"]): r for r in (_read_csv(csv_file, columns) if csv_file else [])}
+    files = list(dict.fromkeys(str(s) for s in submissions))
+    todo = []
+    for sub in files:
+        old = table.get(os.path.abspath(sub))
+        if old is None or old["sha256"] != _sha256(Path(sub)) or (retry_failed and old["status"] != "graded"):
+            todo.append(sub)
+    bar = tqdm(total=len(files), initial=len(files) - len(todo), unit="notebook", desc="grading",
+               disable=(None if progress is None else not progress), file=sys.stderr)
+    try:
+        for sub in todo:
+            outcome = grade_one(autograder_zip, sub, mode=mode, limits=limits)
+            table[os.path.abspath(sub)] = _row(outcome, questions)
+            if csv_file is not None:
+                _write_csv(csv_file, columns, list(table.values()))
+            bar.update(1)
+            if log is not None:
+                log(_describe(outcome), bar)
+    finally:
+        bar.close()
+    counts = {s: 0 for s in STATUSES}
+    for sub in files:
+        counts[table[os.path.abspath(sub)]["status"]] += 1
+    return {**counts, "skipped": len(files) - len(todo), "rows": [table[os.path.abspath(s)] for s in files]}
+
+
+def _describe(outcome: Outcome) -> str:
+    if outcome.status != "graded":
+        return f"{outcome.submission}: {outcome.status.upper()} ({outcome.seconds:.0f} s): {outcome.error}"
+    total = sum(v["score"] for v in outcome.scores.values())
+    top = sum(v["max_score"] for v in outcome.scores.values())
+    detail = ", ".join(f"{q} {v['score']:g}/{v['max_score']:g}" for q, v in outcome.scores.items())
+    return f"{outcome.submission}: {total:g}/{top:g} autograded points ({detail}; {outcome.seconds:.0f} s)"
