@@ -587,7 +587,8 @@ def _without_machine_paths(head: list[str], flags: list[tuple[str, str | None]])
 
 def shown_command(command: str) -> str:
     """A stamped command line as a page shows it: absolute paths replaced by placeholders named
-    after their flag (``--out /tmp/x`` -> ``--out <OUT>``; see :func:`command_template`)."""
+    after their flag (``--out`` followed by a temporary folder becomes ``--out <OUT>``; see
+    :func:`command_template`)."""
     if not command:
         return ""
     head, flags = _without_machine_paths(*_split_command(command))
