@@ -45,15 +45,23 @@ def test_the_check_catches_a_bell_from_a_non_raw_alpha():
     assert not CONTROL.search(r"L_\alpha \frac{1}{2} \ne")
 
 
-# Chapters whose code cells are formatted to LINE_LENGTH. Chapters 6-9 join once their rewrite
-# (the findings engine) lands: then run `ruff format` on them and add them here.
+# Chapters whose code cells are formatted to LINE_LENGTH: all nine.
 FORMATTED_CHAPTERS = [
     "chapters/01_decoding.ipynb",
     "chapters/02_consistency.ipynb",
     "chapters/03_consistent_sampling.ipynb",
     "chapters/04_self_terminating.ipynb",
     "chapters/05_nmst.ipynb",
+    "chapters/06_wikitext.ipynb",
+    "chapters/07_gpt2.ipynb",
+    "chapters/08_sparse.ipynb",
+    "chapters/09_temperature.ipynb",
 ]
+
+
+def test_every_chapter_notebook_is_a_formatted_chapter():
+    chapters = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "chapters").glob("*.ipynb"))
+    assert chapters == sorted(FORMATTED_CHAPTERS), "a chapter is missing from FORMATTED_CHAPTERS"
 LINE_LENGTH = 79  # pyproject.toml, [tool.ruff] line-length
 
 
