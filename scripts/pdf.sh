@@ -19,7 +19,7 @@ bash scripts/setup.sh
 TEX_PACKAGES="texlive-xetex texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended \
 fonts-lmodern tex-gyre latexmk fonts-freefont-otf poppler-utils"
 if ! command -v xelatex >/dev/null 2>&1 || ! command -v latexmk >/dev/null 2>&1 \
-   || ! command -v pdftotext >/dev/null 2>&1 || ! fc-list 2>/dev/null | grep -q FreeSerif; then
+   || ! command -v pdftotext >/dev/null 2>&1 || [ -z "$(fc-list FreeSerif 2>/dev/null)" ]; then
   if [ "$(id -u)" = "0" ]; then SUDO=""; else SUDO="sudo"; fi
   echo "[pdf] installing Debian's TeX packages: $TEX_PACKAGES"
   t0=$(date +%s)

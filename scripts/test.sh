@@ -25,6 +25,8 @@ fi
 
 # Build the website first (it executes every chapter); the browser tests check the result.
 bash scripts/book.sh
+# The book as a PDF (scripts/pdf.sh: installs Debian's TeX if missing, reuses the execution cache).
+bash scripts/pdf.sh
 # The course edition of the site (no solution dropdowns; reuses the execution cache just filled).
 bash scripts/book.sh --course
 

@@ -20,8 +20,10 @@
    solution titles still name them.
 5. **Download menu** (HTML). The theme's ".pdf" entry (the browser's print dialog) becomes a
    link to the whole book as a PDF (``book.pdf`` at the site's root, copied there by
-   ``scripts/pdf.sh``), and chapter pages also offer the notebook *with its outputs* from the
-   build's execution (``_build/jupyter_execute``), copied to ``executed/`` in the site.
+   ``scripts/pdf.sh``), and chapter pages also offer the notebook *with its outputs*: the source
+   notebook merged with the build's execution from its jupyter-cache, written to
+   ``executed/<page>.ipynb`` in the site (not ``_build/jupyter_execute``, which a LaTeX build
+   rewrites without outputs).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import html
 import json
 import re
 import shutil
+from html.parser import HTMLParser
 from pathlib import Path
 
 from docutils import nodes
@@ -67,6 +70,7 @@ def _set_edition(app, config) -> None:
     latex_elements = dict(config.latex_elements or {})
     # the title page reads "<edition>, version <release>" under the title
     latex_elements["releasename"] = f"{edition['edition'].capitalize()} ({edition['edition_date']}), version"
+    latex_elements["date"] = edition["edition_date"]  # the edition's date, not the day of the build
     config.latex_elements = latex_elements
 
 
@@ -78,20 +82,31 @@ def _use_book_class(app, config) -> None:
 
 
 def _latex_layout(app, config) -> None:
-    """A4 pages; code and output lines wrap at the margin, even inside a long word (no overfull lines)."""
+    """A4 pages; code and output lines wrap at the margin, even inside a long word (no overfull lines);
+    figures stay where the page has them (``[H]``): as on the website, next to the code and text that
+    draw and read them, and also inside solutions and proofs, whose boxes cannot hold a float."""
     latex_elements = dict(config.latex_elements or {})
     latex_elements.setdefault("papersize", "a4paper")
+    latex_elements.setdefault("figure_align", "H")
     latex_elements["sphinxsetup"] = ", ".join(
         part for part in (latex_elements.get("sphinxsetup", ""), "verbatimforcewraps=true", "verbatimmaxunderfull=2")
         if part)
+    # unicode-math maps \setminus to U+29F5, which Latin Modern Math lacks: XeLaTeX would drop it
+    latex_elements["preamble"] = latex_elements.get("preamble", "") + (
+        "\n% book/_ext/nmst_pdf.py: set minus as a backslash (Latin Modern Math has no U+29F5)\n"
+        "\\AtBeginDocument{\\renewcommand{\\setminus}{\\mathbin{\\backslash}}}\n")
     config.latex_elements = latex_elements
 
 
 def _copy_book_class(app) -> None:
+    """The book's class into the LaTeX folder; and figure, box and exercise numbers per chapter
+    (Theorem 5.2, Exercise 1.3) as on the site: sphinx-jupyterbook-latex sets numfig_secnum_depth
+    to 2 for LaTeX (Exercise 1.8.3, numbered within sections)."""
     from sphinx.builders.latex import LaTeXBuilder
 
     if isinstance(app.builder, LaTeXBuilder):
         shutil.copyfile(_LATEX_CLASS, Path(app.outdir) / _LATEX_CLASS.name)
+        app.config.numfig_secnum_depth = 1
 
 
 # ---------------------------------------------------------------------------------------
@@ -151,8 +166,166 @@ class ExplorerToStaticFigure(SphinxPostTransform):
             bundle.replace_self([image, note])
 
 
+class HtmlOutputsForLatex(SphinxPostTransform):
+    """Give LaTeX the HTML outputs (nmst_lib.report's tables, provenance, details) as docutils nodes.
+
+    A bundle with ``text/html`` and ``text/plain`` only would print, in LaTeX, its ``text/plain``:
+    for an ``nmst_lib.report.Html`` that is the HTML source as a Python string. Such bundles are
+    converted by :func:`html_to_nodes` (tables, captions as a bold line above the table, paragraphs,
+    ``<strong>``, ``<code>``, ``<details>`` opened) before myst-nb picks a mime type.
+    """
+
+    default_priority = 3  # before myst-nb's SelectMimeType (4); explorers are handled first
+    formats = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        for bundle in list(self.document.findall(_is_mime_bundle)):
+            kinds = {c.get("mime_type") for c in bundle.children}
+            if "text/html" not in kinds or kinds & {"image/png", "image/jpeg", "application/pdf", "text/latex",
+                                                    "text/markdown"}:
+                continue
+            markup = "".join(raw.astext() for c in bundle.children if c.get("mime_type") == "text/html"
+                             for raw in c.findall(nodes.raw))
+            if 'class="nmst-explorer"' not in markup:  # explorers: ExplorerToStaticFigure
+                bundle.replace_self(html_to_nodes(markup))
+
+
 def _is_mime_bundle(node) -> bool:
     return isinstance(node, nodes.container) and node.get("nb_element") == "mime_bundle"
+
+
+class _Element:
+    def __init__(self, tag: str, attrs: dict):
+        self.tag, self.attrs, self.children = tag, attrs, []
+
+
+class _TreeBuilder(HTMLParser):
+    """A minimal HTML tree (the report module's well-formed markup; void tags: br, img, hr)."""
+
+    VOID = {"br", "img", "hr", "meta", "input"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.root = _Element("root", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag, attrs):
+        element = _Element(tag, dict(attrs))
+        self.stack[-1].children.append(element)
+        if tag not in self.VOID:
+            self.stack.append(element)
+
+    def handle_endtag(self, tag):
+        for i in range(len(self.stack) - 1, 0, -1):  # close up to the matching tag
+            if self.stack[i].tag == tag:
+                del self.stack[i:]
+                break
+
+    def handle_data(self, data):
+        self.stack[-1].children.append(data)
+
+
+_INLINE = {"strong": nodes.strong, "b": nodes.strong, "em": nodes.emphasis, "i": nodes.emphasis,
+           "code": nodes.literal}
+_BLOCK = {"div", "details", "p", "table", "summary", "ul", "ol", "br", "caption"}
+
+
+def html_to_nodes(markup: str) -> list:
+    """Docutils nodes for a fragment of HTML made of div, p, br, strong/em/code, details/summary,
+    ul/ol/li and table (caption, thead/tbody, th/td with colspan); other tags keep their text."""
+    parser = _TreeBuilder()
+    parser.feed(markup)
+    parser.close()
+    return _blocks(parser.root.children)
+
+
+def _blocks(children) -> list:
+    out, inline = [], []
+
+    def flush():
+        if any(not isinstance(n, nodes.Text) or n.astext().strip() for n in inline):
+            out.append(nodes.paragraph("", "", *inline))
+        inline.clear()
+
+    for child in children:
+        if isinstance(child, str) or child.tag not in _BLOCK | {"li"}:
+            inline.extend(_inlines([child]))
+        elif child.tag == "br":
+            flush()
+        else:
+            flush()
+            out.extend(_block(child))
+    flush()
+    return out
+
+
+def _block(element) -> list:
+    if element.tag == "table":
+        return _table(element)
+    if element.tag == "summary":
+        return [nodes.paragraph("", "", nodes.strong("", "", *_inlines(element.children)))]
+    if element.tag in ("ul", "ol"):
+        items = [nodes.list_item("", *_blocks(li.children)) for li in element.children
+                 if isinstance(li, _Element) and li.tag == "li"]
+        return [(nodes.bullet_list if element.tag == "ul" else nodes.enumerated_list)("", *items)]
+    return _blocks(element.children)  # div, details (printed open), p, caption
+
+
+def _inlines(children) -> list:
+    out = []
+    for child in children:
+        if isinstance(child, str):
+            out.append(nodes.Text(child))
+        elif child.tag in _INLINE:
+            text = "".join(_text(child))
+            out.append(_INLINE[child.tag](text, text))
+        elif child.tag == "br":
+            out.append(nodes.Text(" "))
+        else:
+            out.extend(_inlines(child.children))
+    return out
+
+
+def _text(element) -> list[str]:
+    return [c if isinstance(c, str) else "".join(_text(c)) for c in element.children]
+
+
+def _table(table) -> list:
+    def elements(parent, tags):
+        for child in parent.children:
+            if isinstance(child, _Element):
+                if child.tag in tags:
+                    yield child
+                elif child.tag in ("thead", "tbody", "tfoot"):
+                    yield from elements(child, tags)
+
+    caption = next(elements(table, {"caption"}), None)
+    head_rows = [r for c in table.children if isinstance(c, _Element) and c.tag == "thead" for r in elements(c, {"tr"})]
+    rows = list(elements(table, {"tr"}))
+    width = max((sum(int(cell.attrs.get("colspan") or 1) for cell in elements(r, {"td", "th"})) for r in rows),
+                default=0)
+    if width == 0:
+        return []
+    group = nodes.tgroup(cols=width)
+    group.extend(nodes.colspec(colwidth=1) for _ in range(width))
+
+    def row_node(tr):
+        row = nodes.row()
+        for cell in elements(tr, {"td", "th"}):
+            entry = nodes.entry("", *(_blocks(cell.children) or [nodes.paragraph()]))
+            span = int(cell.attrs.get("colspan") or 1)
+            if span > 1:
+                entry["morecols"] = span - 1
+            row += entry
+        return row
+
+    if head_rows:
+        group += nodes.thead("", *(row_node(r) for r in head_rows))
+    group += nodes.tbody("", *(row_node(r) for r in rows if r not in head_rows))
+    out = [nodes.paragraph("", "", nodes.strong("", "", *_inlines(caption.children)))] if caption else []
+    size = r"\scriptsize" if width >= 8 else r"\small"  # wide results tables fit the page in a smaller font
+    return out + [_latex(r"\begingroup" + size), nodes.table("", group, classes=["nmst-report-table"]),
+                  _latex(r"\endgroup")]
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,7 +347,10 @@ class SolutionsAtChapterEnd(SphinxPostTransform):
             top = next((c for c in chapter.children if isinstance(c, nodes.section)), None)
             if top is None:
                 continue
-            solutions = [s for s in top.findall(solution_node) if _owning_file(s) is chapter]
+            # (Sphinx's inline_all_toctrees leaves a chapter's top nodes pointing at their old parent,
+            # so ownership is found top-down: a solution of a nested file belongs to that file)
+            nested = {id(s) for f in top.findall(addnodes.start_of_file) for s in f.findall(solution_node)}
+            solutions = [s for s in top.findall(solution_node) if id(s) not in nested]
             if not solutions:
                 continue
             section = nodes.section(ids=[f"solutions-{chapter['docname'].replace('/', '-')}"])
@@ -185,13 +361,36 @@ class SolutionsAtChapterEnd(SphinxPostTransform):
             top += section
 
 
-def _owning_file(node):
-    from sphinx import addnodes
+class NumberChaptersAsOnTheSite(SphinxPostTransform):
+    """Parts unnumbered, chapters numbered only in numbered parts (LaTeX; item 4b).
 
-    parent = node.parent
-    while parent is not None and not isinstance(parent, addnodes.start_of_file):
-        parent = parent.parent
-    return parent
+    LaTeX numbers every ``\\chapter``, so the front matter (how to use, notation, instructors)
+    would push Chapter 1 to Chapter 4, and with it every figure and equation number. Around each
+    part (sphinx-jupyterbook-latex turns the toc's captions into parts, priority 700)
+    ``secnumdepth`` is set: -2 (nothing numbered) for the part heading and unnumbered parts, 1
+    (chapters and sections) in parts whose chapters the site numbers.
+    """
+
+    default_priority = 800
+    formats = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        from sphinx import addnodes
+
+        numbered_docs = {doc for doc, numbers in self.env.toc_secnumbers.items() if numbers}
+        self.document.insert(0, _latex(r"\setcounter{secnumdepth}{-2}"))  # the introduction
+        for part in [c for c in self.document.children if isinstance(c, nodes.compound)]:
+            section = next(iter(part.findall(nodes.section)), None)
+            if section is None or not section.children or not isinstance(section[0], nodes.title):
+                continue
+            chapters = [f["docname"] for f in section.findall(addnodes.start_of_file)]
+            numbered = any(doc in numbered_docs for doc in chapters)
+            part.parent.insert(part.parent.index(part), _latex(r"\setcounter{secnumdepth}{-2}"))
+            section.insert(1, _latex(r"\setcounter{secnumdepth}{%d}" % (1 if numbered else -2)))
+
+
+def _latex(code: str) -> nodes.raw:
+    return nodes.raw("", code + "\n", format="latex")
 
 
 # ---------------------------------------------------------------------------------------
@@ -218,31 +417,37 @@ def download_buttons(buttons: list, pathto, pagename: str, executed: bool, editi
     return out
 
 
-def _executed_notebook(app, docname: str) -> Path:
-    return Path(app.outdir).parent / "jupyter_execute" / f"{docname}.ipynb"
+def write_executed_notebook(source: Path, cache_dir: Path, target: Path) -> bool:
+    """Write ``source`` with the outputs the build's jupyter-cache holds for it to ``target``
+    (atomically); False, writing nothing, when the cache has no execution of this exact code."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    if not cache_dir.is_dir():
+        return False
+    notebook = nbformat.read(str(source), as_version=4)
+    try:
+        _, merged = get_cache(str(cache_dir)).merge_match_into_notebook(notebook)
+    except KeyError:  # the code changed since the cache was filled
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    nbformat.write(merged, str(tmp))
+    tmp.replace(target)  # a reader never downloads half a notebook
+    return True
 
 
 def _edit_download_menu(app, pagename, templatename, context, doctree) -> None:
     edition = app.config.myst_substitutions.get("edition", "")
     for group in context.get("header_buttons", []):
-        if group.get("label") == "download-buttons":
-            executed = bool(context.get("ipynb_source")) and _executed_notebook(app, pagename).is_file()
-            group["buttons"] = download_buttons(group["buttons"], context["pathto"], pagename, executed, edition)
-
-
-def _copy_executed_notebooks(app, exception) -> None:
-    if exception is not None or app.builder.format != "html":
-        return
-    source = Path(app.outdir).parent / "jupyter_execute"
-    for notebook in source.rglob("*.ipynb"):
-        relative = notebook.relative_to(source)
-        if relative.parts[0].startswith("."):
+        if group.get("label") != "download-buttons":
             continue
-        target = Path(app.outdir) / EXECUTED_DIR / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".ipynb.tmp")
-        shutil.copyfile(notebook, tmp)
-        tmp.replace(target)  # atomic: a reader never downloads half a notebook
+        executed = False
+        if context.get("ipynb_source"):
+            cache_dir = Path(app.env.mystnb_config.execution_cache_path)  # set by myst-nb at builder-inited
+            executed = write_executed_notebook(Path(app.env.doc2path(pagename)), cache_dir,
+                                               Path(app.outdir) / EXECUTED_DIR / f"{pagename}.ipynb")
+        group["buttons"] = download_buttons(group["buttons"], context["pathto"], pagename, executed, edition)
 
 
 def setup(app):
@@ -251,7 +456,8 @@ def setup(app):
     app.connect("config-inited", _latex_layout, priority=900)
     app.connect("builder-inited", _copy_book_class, priority=900)
     app.add_post_transform(ExplorerToStaticFigure)
+    app.add_post_transform(HtmlOutputsForLatex)
     app.add_post_transform(SolutionsAtChapterEnd)
+    app.add_post_transform(NumberChaptersAsOnTheSite)
     app.connect("html-page-context", _edit_download_menu, priority=600)  # after the theme's buttons
-    app.connect("build-finished", _copy_executed_notebooks)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
