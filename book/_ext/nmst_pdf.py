@@ -70,7 +70,7 @@ def _set_edition(app, config) -> None:
     latex_elements = dict(config.latex_elements or {})
     # the title page reads "<edition>, version <release>" under the title
     latex_elements["releasename"] = f"{edition['edition'].capitalize()} ({edition['edition_date']}), version"
-    latex_elements["date"] = edition["edition_date"]  # the edition's date, not the day of the build
+    config.today = edition["edition_date"]  # the title page's date: the edition's, not the build's
     config.latex_elements = latex_elements
 
 
@@ -99,14 +99,25 @@ def _latex_layout(app, config) -> None:
 
 
 def _copy_book_class(app) -> None:
-    """The book's class into the LaTeX folder; and figure, box and exercise numbers per chapter
-    (Theorem 5.2, Exercise 1.3) as on the site: sphinx-jupyterbook-latex sets numfig_secnum_depth
-    to 2 for LaTeX (Exercise 1.8.3, numbered within sections)."""
+    """The book's class into the LaTeX folder; and box and exercise numbers per chapter (Theorem 5.2,
+    Exercise 1.3) as on the site. sphinx-jupyterbook-latex sets numfig_secnum_depth to 2, which
+    LaTeX needs (its parts make depth 2 the chapter) but which gives the numbers that sphinx-proof
+    and sphinx-exercise read from the toctree one level too deep (Exercise 1.8.3). So the toctree
+    numbers are assigned with 1, and :func:`_latex_figure_depth` restores 2 for the writer."""
     from sphinx.builders.latex import LaTeXBuilder
 
     if isinstance(app.builder, LaTeXBuilder):
         shutil.copyfile(_LATEX_CLASS, Path(app.outdir) / _LATEX_CLASS.name)
         app.config.numfig_secnum_depth = 1
+
+
+def _latex_figure_depth(app, doctree, docname) -> None:
+    """Once the book's doctree is resolved (the toctree numbers long assigned), before the LaTeX
+    writer reads the setting: LaTeX's figures and equations reset per chapter (Fig. 6.3)."""
+    from sphinx.builders.latex import LaTeXBuilder
+
+    if isinstance(app.builder, LaTeXBuilder) and app.env.jblatex_captions_to_parts:
+        app.config.numfig_secnum_depth = 2
 
 
 # ---------------------------------------------------------------------------------------
@@ -361,6 +372,38 @@ class SolutionsAtChapterEnd(SphinxPostTransform):
             top += section
 
 
+class ProofsAsTextbookProofs(SphinxPostTransform):
+    """A proof as a printed textbook sets it (LaTeX): *Proof.* in italics, the text, a square at the end.
+
+    sphinx-proof wraps a proof in an admonition without a title, which Sphinx's LaTeX writer opens
+    as ``\\begin{sphinxadmonition}{note}`` followed by the proof's first paragraph, read as the
+    title: an empty coloured title bar above every proof.
+    """
+
+    default_priority = 30
+    formats = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        from sphinx_proof.nodes import proof_node
+
+        for proof in list(self.document.findall(proof_node)):
+            body = [child for admonition in proof.children for child in admonition.children] or []
+            first = body[0] if body and isinstance(body[0], nodes.paragraph) else None
+            if first is not None and first.children and isinstance(first[0], nodes.Text) \
+                    and first[0].astext().startswith("Proof. "):
+                rest = first[0].astext()[len("Proof. "):]
+                first.replace(first[0], nodes.Text(rest))
+                first.insert(0, nodes.emphasis("Proof.", "Proof."))
+                first.insert(1, nodes.Text(" "))
+            last = body[-1] if body and isinstance(body[-1], nodes.paragraph) else None
+            qed = nodes.raw("", r"\hfill\ensuremath{\square}", format="latex")
+            if last is not None:
+                last += qed
+            else:
+                body.append(nodes.paragraph("", "", qed))
+            proof.replace_self(nodes.container("", *body, classes=["nmst-proof"]))
+
+
 class NumberChaptersAsOnTheSite(SphinxPostTransform):
     """Parts unnumbered, chapters numbered only in numbered parts (LaTeX; item 4b).
 
@@ -455,9 +498,11 @@ def setup(app):
     app.connect("config-inited", _use_book_class, priority=900)  # after sphinx-jupyterbook-latex (500)
     app.connect("config-inited", _latex_layout, priority=900)
     app.connect("builder-inited", _copy_book_class, priority=900)
+    app.connect("doctree-resolved", _latex_figure_depth)  # LaTeXBuilder.write emits no write-started
     app.add_post_transform(ExplorerToStaticFigure)
     app.add_post_transform(HtmlOutputsForLatex)
     app.add_post_transform(SolutionsAtChapterEnd)
     app.add_post_transform(NumberChaptersAsOnTheSite)
+    app.add_post_transform(ProofsAsTextbookProofs)
     app.connect("html-page-context", _edit_download_menu, priority=600)  # after the theme's buttons
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
