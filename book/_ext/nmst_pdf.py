@@ -94,7 +94,11 @@ def _latex_layout(app, config) -> None:
     # unicode-math maps \setminus to U+29F5, which Latin Modern Math lacks: XeLaTeX would drop it
     latex_elements["preamble"] = latex_elements.get("preamble", "") + (
         "\n% book/_ext/nmst_pdf.py: set minus as a backslash (Latin Modern Math has no U+29F5)\n"
-        "\\AtBeginDocument{\\renewcommand{\\setminus}{\\mathbin{\\backslash}}}\n")
+        "\\AtBeginDocument{\\renewcommand{\\setminus}{\\mathbin{\\backslash}}}\n"
+        # inline code (long test and function names) may break after an underscore, not run off the page
+        "\\makeatletter\\let\\nmst@upquote\\sphinxupquote\n"
+        "\\protected\\def\\sphinxupquote#1{{\\let\\nmst@us\\_\\def\\_{\\nmst@us\\discretionary{}{}{}}"
+        "\\nmst@upquote{#1}}}\\makeatother\n")
     config.latex_elements = latex_elements
 
 
@@ -243,7 +247,8 @@ _BLOCK = {"div", "details", "p", "table", "summary", "ul", "ol", "br", "caption"
 
 def html_to_nodes(markup: str) -> list:
     """Docutils nodes for a fragment of HTML made of div, p, br, strong/em/code, details/summary,
-    ul/ol/li and table (caption, thead/tbody, th/td with colspan); other tags keep their text."""
+    ul/ol/li and table (caption, thead/tbody, th/td with colspan); other tags keep their text.
+    A ``<details>`` is printed open, except the per-run stamps of a provenance block (:func:`_folded`)."""
     parser = _TreeBuilder()
     parser.feed(markup)
     parser.close()
@@ -279,7 +284,27 @@ def _block(element) -> list:
         items = [nodes.list_item("", *_blocks(li.children)) for li in element.children
                  if isinstance(li, _Element) and li.tag == "li"]
         return [(nodes.bullet_list if element.tag == "ul" else nodes.enumerated_list)("", *items)]
+    if element.tag == "div" and "nmst-provenance" in element.attrs.get("class", "").split():
+        return _blocks([_folded(c) if isinstance(c, _Element) and c.tag == "details" else c
+                        for c in element.children])
     return _blocks(element.children)  # div, details (printed open), p, caption
+
+
+def _folded(details):
+    """A provenance block's full per-run stamps (commands, machines, paths where the results were
+    made) stay folded in print, as on the website; the printed line says where they are."""
+    summary = next((c for c in details.children if isinstance(c, _Element) and c.tag == "summary"), None)
+    label = "".join(_text(summary)) if summary is not None else "Full provenance"
+    note = _Element("p", {})
+    note.children = [_element("em", f"{label}: folded on the website; the full stamps are there and in the "
+                                    "chapter's notebook with outputs (download menu).")]
+    return note
+
+
+def _element(tag: str, text: str):
+    element = _Element(tag, {})
+    element.children = [text]
+    return element
 
 
 def _inlines(children) -> list:
@@ -317,8 +342,18 @@ def _table(table) -> list:
                 default=0)
     if width == 0:
         return []
+    # column widths in proportion to the longest text of each column (3 to 40 characters), given to
+    # LaTeX so that long cells wrap inside the page instead of running off it
+    longest = [3] * width
+    for r in rows:
+        column = 0
+        for cell in elements(r, {"td", "th"}):
+            span = int(cell.attrs.get("colspan") or 1)
+            if span == 1:
+                longest[column] = max(longest[column], min(40, len("".join(_text(cell)).strip())))
+            column += span
     group = nodes.tgroup(cols=width)
-    group.extend(nodes.colspec(colwidth=1) for _ in range(width))
+    group.extend(nodes.colspec(colwidth=w) for w in longest)
 
     def row_node(tr):
         row = nodes.row()
@@ -335,7 +370,7 @@ def _table(table) -> list:
     group += nodes.tbody("", *(row_node(r) for r in rows if r not in head_rows))
     out = [nodes.paragraph("", "", nodes.strong("", "", *_inlines(caption.children)))] if caption else []
     size = r"\scriptsize" if width >= 8 else r"\small"  # wide results tables fit the page in a smaller font
-    return out + [_latex(r"\begingroup" + size), nodes.table("", group, classes=["nmst-report-table"]),
+    return out + [_latex(r"\begingroup" + size), nodes.table("", group, classes=["nmst-report-table", "colwidths-given"]),
                   _latex(r"\endgroup")]
 
 
@@ -387,21 +422,25 @@ class ProofsAsTextbookProofs(SphinxPostTransform):
         from sphinx_proof.nodes import proof_node
 
         for proof in list(self.document.findall(proof_node)):
-            body = [child for admonition in proof.children for child in admonition.children] or []
-            first = body[0] if body and isinstance(body[0], nodes.paragraph) else None
-            if first is not None and first.children and isinstance(first[0], nodes.Text) \
-                    and first[0].astext().startswith("Proof. "):
-                rest = first[0].astext()[len("Proof. "):]
-                first.replace(first[0], nodes.Text(rest))
-                first.insert(0, nodes.emphasis("Proof.", "Proof."))
-                first.insert(1, nodes.Text(" "))
-            last = body[-1] if body and isinstance(body[-1], nodes.paragraph) else None
-            qed = nodes.raw("", r"\hfill\ensuremath{\square}", format="latex")
-            if last is not None:
-                last += qed
-            else:
-                body.append(nodes.paragraph("", "", qed))
-            proof.replace_self(nodes.container("", *body, classes=["nmst-proof"]))
+            proof.replace_self(textbook_proof(proof))
+
+
+def textbook_proof(proof) -> nodes.container:
+    """The proof's paragraphs, its leading "Proof." in italics and a square ending its last line."""
+    body = [child for admonition in proof.children for child in admonition.children]
+    first = body[0] if body and isinstance(body[0], nodes.paragraph) else None
+    if first is not None and first.children and isinstance(first[0], nodes.Text) \
+            and first[0].astext().startswith("Proof. "):
+        rest = first[0].astext()[len("Proof. "):]
+        first.replace(first[0], nodes.Text(rest))
+        first.insert(0, nodes.emphasis("Proof.", "Proof."))
+        first.insert(1, nodes.Text(" "))
+    qed = nodes.raw("", r"\hfill\ensuremath{\square}", format="latex")
+    if body and isinstance(body[-1], nodes.paragraph):
+        body[-1] += qed
+    else:
+        body.append(nodes.paragraph("", "", qed))
+    return nodes.container("", *body, classes=["nmst-proof"])
 
 
 class NumberChaptersAsOnTheSite(SphinxPostTransform):
@@ -443,7 +482,8 @@ def _latex(code: str) -> nodes.raw:
 
 def download_buttons(buttons: list, pathto, pagename: str, executed: bool, edition: str) -> list:
     """The theme's download entries with the print dialog replaced by the book's PDF, and the
-    executed notebook added after the source notebook when ``executed``."""
+    executed notebook added after the source notebook (the entry whose text is ".ipynb": the
+    page's source for a notebook chapter) when ``executed``."""
     out = []
     for button in buttons:
         if button.get("label") == "download-pdf-button":
@@ -452,7 +492,8 @@ def download_buttons(buttons: list, pathto, pagename: str, executed: bool, editi
                         "label": "download-book-pdf-button"})
             continue
         out.append(button)
-        if button.get("label") == "download-notebook-button" and executed:
+        if button.get("text") == ".ipynb" and executed and not any(
+                b.get("label") == "download-executed-notebook-button" for b in out):
             out.append({"type": "link", "url": f"{pathto(EXECUTED_DIR, 1)}/{pagename}.ipynb",
                         "text": ".ipynb (with outputs)", "tooltip": "Download the notebook with its outputs",
                         "icon": "fas fa-code", "label": "download-executed-notebook-button"})
@@ -486,7 +527,7 @@ def _edit_download_menu(app, pagename, templatename, context, doctree) -> None:
         if group.get("label") != "download-buttons":
             continue
         executed = False
-        if context.get("ipynb_source"):
+        if context.get("page_source_suffix") == ".ipynb" or context.get("ipynb_source"):
             cache_dir = Path(app.env.mystnb_config.execution_cache_path)  # set by myst-nb at builder-inited
             executed = write_executed_notebook(Path(app.env.doc2path(pagename)), cache_dir,
                                                Path(app.outdir) / EXECUTED_DIR / f"{pagename}.ipynb")

@@ -223,16 +223,101 @@ def test_explorer_static_frame_is_the_initial_frame_with_its_settings():
 
 
 def test_download_menu_links_the_book_pdf_and_the_executed_notebook():
+    # a notebook chapter: the theme's source entry is the .ipynb
     buttons = [
-        {"label": "download-notebook-button", "url": "../_sources/chapters/x.ipynb"},
-        {"label": "download-source-button", "url": "../_sources/chapters/x.ipynb"},
-        {"label": "download-pdf-button", "type": "javascript", "javascript": "window.print()"},
+        {"label": "download-source-button", "url": "../_sources/chapters/x.ipynb", "text": ".ipynb"},
+        {"label": "download-pdf-button", "type": "javascript", "javascript": "window.print()", "text": ".pdf"},
     ]
     out = nmst_pdf.download_buttons(buttons, lambda name, resource: f"../{name}", "chapters/x", True, "3rd edition")
     labels = [b["label"] for b in out]
-    assert labels == ["download-notebook-button", "download-executed-notebook-button",
-                      "download-source-button", "download-book-pdf-button"]
-    assert out[1]["url"] == "../executed/chapters/x.ipynb" and out[3]["url"] == "../book.pdf"
+    assert labels == ["download-source-button", "download-executed-notebook-button", "download-book-pdf-button"]
+    assert out[1]["url"] == "../executed/chapters/x.ipynb" and out[2]["url"] == "../book.pdf"
     assert not any(b.get("type") == "javascript" for b in out)
-    plain = nmst_pdf.download_buttons([dict(b) for b in buttons[1:]], lambda n, r: n, "book/intro", False, "e")
+    # a Markdown page: no executed notebook, the PDF still replaces the print dialog
+    md = [{"label": "download-source-button", "url": "_sources/book/intro.md", "text": ".md"}, dict(buttons[1])]
+    plain = nmst_pdf.download_buttons(md, lambda n, r: n, "book/intro", False, "e")
     assert [b["label"] for b in plain] == ["download-source-button", "download-book-pdf-button"]
+
+
+# --------------------------------------------------------------------------- the site links them
+
+SITE = ROOT / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def site_with_pdf() -> Path:
+    if not (SITE / "index.html").is_file() or not (SITE / "book.pdf").is_file():
+        reason = "no _build/html with book.pdf: run `bash scripts/book.sh` then `bash scripts/pdf.sh`"
+        if REQUIRED:
+            pytest.fail(reason + " (NMST_REQUIRE_SITE=1: the PDF checks must run)")
+        pytest.skip(reason)
+    return SITE
+
+
+def test_every_page_downloads_the_book_pdf_and_chapters_their_executed_notebook(site_with_pdf):
+    toc = pdf_checks.toc_titles(ROOT)
+    for doc in toc:
+        page = (site_with_pdf / f"{doc}.html").read_text(encoding="utf-8")
+        assert "download-book-pdf-button" in page and "window.print()" not in page, doc
+        depth = doc.count("/")
+        assert f'href="{"../" * depth}book.pdf"' in page, doc
+        if doc.startswith("chapters/"):
+            assert f'href="{"../" * depth}executed/{doc}.ipynb"' in page, doc
+            notebook = json.loads((site_with_pdf / "executed" / f"{doc}.ipynb").read_text(encoding="utf-8"))
+            outputs = sum(len(cell.get("outputs", [])) for cell in notebook["cells"])
+            assert outputs >= 5, f"{doc}: the executed notebook has only {outputs} outputs"
+
+
+# --------------------------------------------------------------------------- HTML outputs and proofs in LaTeX
+
+
+def test_report_html_becomes_a_table_with_caption_spans_and_unescaped_tokens():
+    from docutils import nodes
+
+    from nmst_lib.report import Html
+
+    markup = Html('<div class="nmst-table-wrapper"><table><caption>Continuations of &lt;unk&gt;</caption>'
+                  '<thead><tr><th></th><th colspan="2">ours (cpu)</th></tr>'
+                  '<tr><th>model</th><th>ppl</th><th>text</th></tr></thead>'
+                  '<tbody><tr><td>VA</td><td>615.97</td><td>the &lt;unk&gt; of <code>a_b</code></td></tr></tbody>'
+                  '</table></div>')
+    out = nmst_pdf.html_to_nodes(markup)
+    caption, table = out[0], next(n for n in out if isinstance(n, nodes.table))
+    assert caption.astext() == "Continuations of <unk>"
+    assert "colwidths-given" in table["classes"]
+    group = table[0]
+    assert group["cols"] == 3 and len(list(group.findall(nodes.colspec))) == 3
+    head_rows = list(group.findall(nodes.thead))[0].children
+    assert [e.get("morecols", 0) for e in head_rows[0].children] == [0, 1]
+    body = list(group.findall(nodes.tbody))[0]
+    assert body.astext().split("\n\n") == ["VA", "615.97", "the <unk> of a_b"]
+    assert any(isinstance(n, nodes.literal) and n.astext() == "a_b" for n in body.findall(nodes.literal))
+    raw = [n.astext() for n in out if isinstance(n, nodes.raw)]
+    assert raw[0].startswith(r"\begingroup\small") and raw[1].startswith(r"\endgroup")
+
+
+def test_provenance_stamps_stay_folded_in_print_but_other_details_open():
+    markup = ('<div class="nmst-provenance"><p><strong>Profile:</strong> cpu</p><details><summary>Full provenance'
+              ' of every run (2 result files)</summary><table><tr><td>--checkpoint-dir /home/x</td></tr></table>'
+              '</details></div><details><summary>Every model</summary><p>kept &amp; shown</p></details>')
+    text = " | ".join(n.astext() for n in nmst_pdf.html_to_nodes(markup))
+    assert "/home/x" not in text
+    assert "Full provenance of every run (2 result files): folded on the website" in text
+    assert "Every model | kept & shown" in text
+
+
+def test_proof_becomes_italic_proof_text_and_a_square():
+    from docutils import nodes
+    from sphinx_proof.nodes import proof_node
+
+    proof = proof_node()
+    admonition = nodes.admonition()
+    admonition += nodes.paragraph("", "Proof. By Lemma 5.1, it stops.")
+    admonition += nodes.math_block("", "x = 1")
+    proof += admonition
+    out = nmst_pdf.textbook_proof(proof)
+    assert isinstance(out, nodes.container) and not list(out.findall(nodes.admonition))
+    first = out[0]
+    assert isinstance(first[0], nodes.emphasis) and first[0].astext() == "Proof."
+    assert first.astext() == "Proof. By Lemma 5.1, it stops."
+    assert isinstance(out[-1], nodes.paragraph) and r"\square" in out[-1].astext()  # after the display
