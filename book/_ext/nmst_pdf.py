@@ -18,7 +18,8 @@
 4. **Solutions at the end of each chapter** (LaTeX builders only), under a section "Solutions to
    the exercises", as a printed textbook does; the exercises keep their numbers and the
    solution titles still name them.
-5. **Download menu** (HTML). The theme's ".pdf" entry (the browser's print dialog) becomes a
+5. **Download menu** (HTML; the course edition keeps the theme's print entry: the book's PDF
+   holds the solutions that edition leaves out). The theme's ".pdf" entry (the browser's print dialog) becomes a
    link to the whole book as a PDF (``book.pdf`` at the site's root, copied there by
    ``scripts/pdf.sh``), and chapter pages also offer the notebook *with its outputs*: the source
    notebook merged with the build's execution from its jupyter-cache, written to
@@ -480,13 +481,13 @@ def _latex(code: str) -> nodes.raw:
 # ---------------------------------------------------------------------------------------
 
 
-def download_buttons(buttons: list, pathto, pagename: str, executed: bool, edition: str) -> list:
+def download_buttons(buttons: list, pathto, pagename: str, executed: bool, edition: str, pdf: bool = True) -> list:
     """The theme's download entries with the print dialog replaced by the book's PDF, and the
     executed notebook added after the source notebook (the entry whose text is ".ipynb": the
     page's source for a notebook chapter) when ``executed``."""
     out = []
     for button in buttons:
-        if button.get("label") == "download-pdf-button":
+        if button.get("label") == "download-pdf-button" and pdf:
             out.append({"type": "link", "url": pathto(PDF_NAME, 1), "text": ".pdf (book)",
                         "tooltip": f"The whole book as a PDF ({edition})", "icon": "fas fa-file-pdf",
                         "label": "download-book-pdf-button"})
@@ -521,6 +522,13 @@ def write_executed_notebook(source: Path, cache_dir: Path, target: Path) -> bool
     return True
 
 
+def _course_tag(app, config) -> None:
+    """The course edition (``nmst_course_edition``, nmst_book.py item 4) is tagged ``nmst_course``:
+    pages can leave out what only the public edition has (``{only} html and not nmst_course``)."""
+    if config.nmst_course_edition:
+        app.tags.add("nmst_course")
+
+
 def _edit_download_menu(app, pagename, templatename, context, doctree) -> None:
     edition = app.config.myst_substitutions.get("edition", "")
     for group in context.get("header_buttons", []):
@@ -531,11 +539,14 @@ def _edit_download_menu(app, pagename, templatename, context, doctree) -> None:
             cache_dir = Path(app.env.mystnb_config.execution_cache_path)  # set by myst-nb at builder-inited
             executed = write_executed_notebook(Path(app.env.doc2path(pagename)), cache_dir,
                                                Path(app.outdir) / EXECUTED_DIR / f"{pagename}.ipynb")
-        group["buttons"] = download_buttons(group["buttons"], context["pathto"], pagename, executed, edition)
+        # the course edition keeps the print dialog: the book's PDF holds the solutions it leaves out
+        group["buttons"] = download_buttons(group["buttons"], context["pathto"], pagename, executed, edition,
+                                            pdf=not app.config.nmst_course_edition)
 
 
 def setup(app):
     app.connect("config-inited", _set_edition, priority=900)
+    app.connect("config-inited", _course_tag, priority=900)
     app.connect("config-inited", _use_book_class, priority=900)  # after sphinx-jupyterbook-latex (500)
     app.connect("config-inited", _latex_layout, priority=900)
     app.connect("builder-inited", _copy_book_class, priority=900)

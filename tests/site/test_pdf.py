@@ -237,6 +237,10 @@ def test_download_menu_links_the_book_pdf_and_the_executed_notebook():
     md = [{"label": "download-source-button", "url": "_sources/book/intro.md", "text": ".md"}, dict(buttons[1])]
     plain = nmst_pdf.download_buttons(md, lambda n, r: n, "book/intro", False, "e")
     assert [b["label"] for b in plain] == ["download-source-button", "download-book-pdf-button"]
+    # the course edition: executed notebook yes, the book's PDF (with solutions) no
+    course = nmst_pdf.download_buttons([dict(b) for b in buttons], lambda n, r: n, "chapters/x", True, "e", pdf=False)
+    assert [b["label"] for b in course] == ["download-source-button", "download-executed-notebook-button",
+                                            "download-pdf-button"]
 
 
 # --------------------------------------------------------------------------- the site links them
