@@ -16,7 +16,7 @@ input and see the check fail (tests/site/test_pdf.py).
 5. :func:`edition_problems`: the errata page names the current edition of ``_config.yml``, and
    ``CITATION.cff`` and the intro's BibTeX box agree with it.
 6. :func:`citation_problems`: ``CITATION.cff`` validates against the Citation File Format 1.2.0
-   JSON schema (``tests/site/cff-1.2.0.schema.json``, from the CFF project, as shipped in
+   JSON schema (``tests/site/cff-1.2.0.schema.json``, from the CFF project (CC-BY-4.0), as shipped in
    cffconvert 2.0.0; cffconvert itself pins jsonschema < 4, which the book's stack cannot use).
 """
 
