@@ -3,15 +3,16 @@
 #   1. setup                 .venv with the pinned stack (scripts/setup.sh, constraints.txt)
 #   2. library unit tests    from a plain clone without data or network, 2 workers
 #                            (scripts/test_plain_clone.sh); the tests that skip there for want of
-#                            the real data run in step 8, where the data is
+#                            the real data run in step 9, where the data is
 #   3. system packages       Debian's chromium + chromium-driver (browser checks) and bubblewrap
 #                            (the grading sandbox) if absent
 #   4. website               jupyter-book build, zero warnings; it executes every chapter with
 #                            raise_on_error, which is what nbval checked a second time before
-#   5. course edition        the site without solutions (reuses the execution cache)
-#   6. classroom kit         every assignment built with otter-grader
-#   7. Colab simulation      each chapter alone in a fresh Python, installing the wheel offline
-#   8. main pytest run       the site checks in a real browser (tests/site), the classroom grading
+#   5. PDF                   the whole book through LaTeX (scripts/pdf.sh; installs Debian's TeX if absent)
+#   6. course edition        the site without solutions (reuses the execution cache)
+#   7. classroom kit         every assignment built with otter-grader
+#   8. Colab simulation      each chapter alone in a fresh Python, installing the wheel offline
+#   9. main pytest run       the site checks in a real browser (tests/site), the classroom grading
 #                            (tests/classroom), and the real-data tests skipped in step 2
 # Each stage's time is printed at the end of the run (also when a stage fails).
 # Extra arguments go to the pytest of step 8. `pytest --nbval-lax chapters/NN_x.ipynb` still
@@ -70,6 +71,8 @@ stage system-packages install_system_packages
 
 # Build the website first (it executes every chapter); the browser tests check the result.
 stage book bash scripts/book.sh
+# The book as a PDF (scripts/pdf.sh: installs Debian's TeX if missing, reuses the execution cache).
+stage pdf bash scripts/pdf.sh
 # The course edition of the site (no solution dropdowns; reuses the execution cache just filled).
 stage course-book bash scripts/book.sh --course
 

@@ -97,4 +97,5 @@ def setup(app):
     app.add_transform(_RemoveSolutions)
     app.connect("autodoc-process-docstring", _process_docstring, priority=400)  # before napoleon (500)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
+    app.setup_extension("nmst_pdf")  # the PDF, the edition and the download menu (issue 26; book/_ext/nmst_pdf.py)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
