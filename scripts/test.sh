@@ -15,7 +15,7 @@
 #   9. main pytest run       the site checks in a real browser (tests/site), the classroom grading
 #                            (tests/classroom), and the real-data tests skipped in step 2
 # Each stage's time is printed at the end of the run (also when a stage fails).
-# Extra arguments go to the pytest of step 8. `pytest --nbval-lax chapters/NN_x.ipynb` still
+# Extra arguments go to the pytest of step 9. `pytest --nbval-lax chapters/NN_x.ipynb` still
 # executes one chapter as a test while writing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
