@@ -89,19 +89,19 @@ def _glue(name, value):
     return True
 
 
-def say(name: str, text) -> str:
+def say(name: str, text) -> None:
     """Put a computed value into the prose: a markdown cell writes ``{glue:md}`name```.
 
-    Returns the text (so a cell can print it too). Outside a website build (Colab) the
-    value is only returned. Used by Chapters 6-9, whose prose quotes only computed numbers.
+    Returns nothing, so that a ``say(...)`` ending a cell adds no output to it (a second output
+    in a figure cell would be a second figure of the same name). Outside a website build
+    (Colab) it does nothing visible. Used by Chapters 6-9, whose prose quotes only computed
+    numbers.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be a glue key like 'ch6_gap' (letters, digits, _), got {name!r}")
     from IPython.display import Markdown
 
-    text = str(text)
-    _glue(name, Markdown(text))
-    return text
+    _glue(name, Markdown(str(text)))
 
 
 def say_findings(findings, prefix: str) -> dict:

@@ -197,7 +197,7 @@ def test_say_glues_markdown_under_its_name_and_refuses_bad_names(monkeypatch):
 
     glued = {}
     monkeypatch.setattr(notebook, "_glue", lambda name, value: glued.__setitem__(name, value))
-    assert notebook.say("ch6_gap", 4.8) == "4.8"
+    assert notebook.say("ch6_gap", 4.8) is None  # ending a cell, it adds no output
     assert glued["ch6_gap"].data == "4.8"
     with pytest.raises(ValueError, match="glue key"):
         notebook.say("ch6 gap", "x")
