@@ -63,6 +63,7 @@ __all__ = [
     "eos_explorer_widget",
     "eos_explorer_html",
     "rnt_plot",
+    "legend_below",
     "rnt_explorer_html",
     "STEP_AXIS_LABEL",
     "model_style",
@@ -744,6 +745,17 @@ def _default_style(label: str, i: int) -> dict:
     return {"color": _CYCLE[i % len(_CYCLE)], "linestyle": _LINESTYLES[(i // len(_CYCLE)) % len(_LINESTYLES)], "linewidth": 2.0}
 
 
+def legend_below(ax, *, fontsize: float = 8.5):
+    """Put the legend of ``ax`` under its x axis, in two columns when its labels are short, so
+    the figure keeps the column's width (:data:`COLUMN_WIDTH`): a legend beside the axes widens
+    a figure saved with a tight bounding box. For a figure that adds curves to one drawn by
+    :func:`rnt_plot` (Chapters 3, 5 and 8 add their bounds). Returns the legend."""
+    labels = ax.get_legend_handles_labels()[1]
+    two_columns = len(labels) > 3 and max(len(label) for label in labels) <= 38
+    return ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2 if two_columns else 1,
+                     fontsize=fontsize)
+
+
 def rnt_plot(
     curves: Mapping[str, tuple],
     *,
@@ -802,9 +814,7 @@ def rnt_plot(
         # A figure of its own keeps the column's width: its legend goes under the axes (the
         # labels of Chapter 8's models are long), never beside them where it would widen the figure.
         fig.subplots_adjust(right=0.97)
-        labels = ax.get_legend_handles_labels()[1]
-        two_columns = len(labels) > 3 and max(len(label) for label in labels) <= 38
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2 if two_columns else 1, fontsize=8.5)
+        legend_below(ax)
     else:
         ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9)
     return fig
