@@ -510,11 +510,11 @@ def _nmst_entmax_assemble(logits, eos_id: int, alpha: float, log_p_eos, log_keep
 def _nmst_entmax_losses(logits, targets, eos_id: int, alpha: float, log_p_eos, log_keep):
     """Per-position NMST-entmax loss: ``-log p(eos)`` at eos targets, else
     ``-log(1 - p(eos)) + L_alpha(z_{-eos}; y)`` (see :class:`NMSTEntmaxHead`)."""
-    non_eos = logits.masked_fill(_eos_column(logits, eos_id), -math.inf)
     is_eos = targets == eos_id
     # eos targets take the other branch; give the Fenchel-Young loss a finite (non-eos) target there
     safe_targets = targets.masked_fill(is_eos, (eos_id + 1) % logits.shape[-1])
-    fenchel_young = entmax_loss(non_eos, safe_targets, alpha, dim=-1)
+    # entmax over the non-eos logits: eos masked inside the loss, without a copy of the logits
+    fenchel_young = entmax_loss(logits, safe_targets, alpha, dim=-1, exclude=eos_id)
     return torch.where(is_eos, -log_p_eos, fenchel_young - log_keep)
 
 
