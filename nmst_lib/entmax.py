@@ -235,8 +235,8 @@ def _bisect_threshold(X: torch.Tensor, alpha, dim: int, n_iter: int) -> torch.Te
     return lo
 
 
-# First support guess of the exact threshold: the 256 largest scores (doubled until it holds the support).
-_NEWTON_FIRST_K = 256
+# The exact threshold starts from the root on the 32 largest scores of each row (a lower bound).
+_NEWTON_FIRST_K = 32
 _NEWTON_MAX_ITER = 200  # a bound only: Newton needs < 10, bisection 24 (float32) to 53 (float64)
 
 
@@ -286,37 +286,69 @@ def _newton_root(Xk: torch.Tensor, alpha: float) -> torch.Tensor:
     return tau
 
 
+def _ragged_newton_root(vals: torch.Tensor, row_ids: torch.Tensor, n_rows: int, alpha: float,
+                        tau: torch.Tensor) -> torch.Tensor:
+    """:func:`_newton_root`'s Newton iteration (alpha <= 2) on ragged rows: the scores ``vals`` of
+    row ``row_ids`` (per-row sums by ``index_add_``), started from lower bounds ``tau [n_rows]``."""
+    b = 1.0 / (alpha - 1.0)
+    tol = 4 * torch.finfo(vals.dtype).eps
+    moving = torch.ones_like(tau, dtype=torch.bool)
+    for _ in range(_NEWTON_MAX_ITER):
+        u = (vals - tau[row_ids]).clamp_(min=0)
+        w = (u > 0).to(u.dtype) if b == 1.0 else u.pow(b - 1.0)
+        S = torch.zeros_like(tau).index_add_(0, row_ids, w * u)
+        D = torch.zeros_like(tau).index_add_(0, row_ids, w)
+        N = S.pow(alpha - 1.0)
+        step = (N - 1.0) * S / (N * D)
+        new = torch.where(moving, tau + step, tau)
+        moving &= (new - tau).abs() > tol * tau.abs()
+        tau = new
+        if not bool(moving.any()):
+            break
+    return tau
+
+
 def _exact_threshold(X: torch.Tensor, alpha: float, dim: int) -> torch.Tensor:
     """The entmax threshold of shifted scores ``X`` (max 0) for any float alpha > 1, exact in the
     dtype, without 50 blind halvings (issue 25; Chapter 8).
 
-    The root for the ``k`` largest scores of a row is a lower bound on the row's threshold (f
-    only grows with more entries). If no more than ``k`` scores lie above it, the ``k`` largest
-    hold the whole support, and it IS the threshold. So: Newton (:func:`_newton_root`) on the
-    ``k`` largest scores (``torch.topk``), count the scores above the root, and redo the rows
-    whose support does not fit with ``k`` = their count (at least doubled); a row is done in one
-    or two rounds. ``keepdim`` along ``dim``."""
+    The root for any subset of a row's scores is a lower bound on the row's threshold (f only
+    grows with more entries), so every score in the support lies above it. (1) Newton
+    (:func:`_newton_root`) on the row's ``k`` largest scores (``torch.topk``) gives such a bound
+    ``tau0``. (2) The scores above ``tau0`` hold the whole support; Newton again, on those
+    candidates only (ragged rows), from ``tau0``, gives the threshold of the full row. For
+    alpha > 2 step (1) alone, with ``k`` doubled until at most ``k`` scores lie above the root
+    (then the ``k`` largest hold the support and the root is the threshold). A row's threshold
+    depends on that row alone. ``keepdim`` along ``dim``."""
     Xr = X.movedim(dim, -1)
     shape = Xr.shape
     flat = Xr.reshape(-1, shape[-1])
-    V = flat.shape[1]
-    tau = torch.empty(flat.shape[0], 1, dtype=X.dtype, device=X.device)
-    # rows still to solve, grouped by the k they need; k depends on the row alone (the first
-    # guess, then a power of two >= twice the guess and >= the row's count), so that a row's
-    # threshold does not depend on the other rows of its batch
-    pending = [(min(V, _NEWTON_FIRST_K), torch.arange(flat.shape[0], device=X.device))]
-    while pending:
+    n, V = flat.shape
+    k = min(V, _NEWTON_FIRST_K)
+    Xk = flat if k >= V else torch.topk(flat, k, dim=1, sorted=True).values
+    tau0 = _newton_root(Xk, alpha)
+    if alpha <= 2.0:
+        row_ids, cols = (flat > tau0).nonzero(as_tuple=True)
+        tau = _ragged_newton_root(flat[row_ids, cols], row_ids, n, alpha, tau0.squeeze(1).clone())
+        return tau.view(*shape[:-1], 1).movedim(-1, dim)
+    tau = tau0
+    pending = []
+    count = (flat > tau0).sum(1)
+    if not bool((count <= k).all()):
+        pending.append((k, torch.arange(n, device=X.device)))
+    while pending:  # alpha > 2: grow k (a power of two >= twice k and >= the row's count)
         k, rows = pending.pop()
-        sub = flat[rows]
-        Xk = sub if k >= V else torch.topk(sub, k, dim=1, sorted=True).values
-        t = _newton_root(Xk, alpha)
-        count = (sub > t).sum(1)
-        fits = count <= k
-        tau[rows[fits]] = t[fits]
-        if not bool(fits.all()):
-            need = count[~fits].clamp(min=2 * k).double().log2().ceil().exp2().long().clamp(max=V)
-            for k_next in need.unique().tolist():
-                pending.append((int(k_next), rows[~fits][need == k_next]))
+        count = (flat[rows] > tau[rows]).sum(1)
+        unfit = count > k
+        rows, count = rows[unfit], count[unfit]
+        need = count.clamp(min=2 * k).double().log2().ceil().exp2().long().clamp(max=V)
+        for k_next in need.unique().tolist():
+            sub_rows = rows[need == k_next]
+            sub = flat[sub_rows]
+            Xk = sub if k_next >= V else torch.topk(sub, int(k_next), dim=1, sorted=True).values
+            tau[sub_rows] = _newton_root(Xk, alpha)
+            if k_next < V:
+                pending.append((int(k_next), sub_rows))
     return tau.view(*shape[:-1], 1).movedim(-1, dim)
 
 
