@@ -40,8 +40,8 @@ from typing import NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["SplitLogSoftmax", "split_log_softmax", "fused_nll_forward", "fused_nll_backward", "FusedNLL",
-           "ProjectedFusedNLL"]
+__all__ = ["SplitLogSoftmax", "split_log_softmax", "assemble_log_probs", "fused_nll_forward", "fused_nll_backward",
+           "FusedNLL", "ProjectedFusedNLL"]
 
 _LOG_HALF = -math.log(2.0)
 
