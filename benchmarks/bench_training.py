@@ -1,6 +1,7 @@
-"""Training throughput of the WikiText-2 language models with the ST and NMST output layers,
-relative to the vanilla softmax (target: >= 0.9x), and against the machine's measured matmul
-FLOP/s ceiling (Chapter 6, 06_wikitext).
+"""Training throughput of the WikiText-2 language models with every output layer of the book
+(vanilla, ST, NMST, and the sparse entmax / NMST-entmax at alpha 1.5, entmax also at alpha 1.2),
+relative to the vanilla softmax (target for ST / NMST: >= 0.9x), and against the machine's
+measured matmul FLOP/s ceiling (Chapters 6 and 8).
 
 Run by hand (it takes about a minute on 2 CPU cores):
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -31,7 +33,10 @@ from nmst_lib import data as D  # noqa: E402
 from nmst_lib.heads import head_from_name  # noqa: E402
 from nmst_lib.models import build_model  # noqa: E402
 
-HEADS = (("va", None), ("st", 1e-4), ("nmst", 1e-4))
+# (key, head name, eps, alpha): every output layer of the book, the entmax ones at two alphas
+HEADS = (("va", "va", None, None), ("st", "st", 1e-4, None), ("nmst", "nmst", 1e-4, None),
+         ("entmax1.5", "entmax", None, 1.5), ("nmst-entmax1.5", "nmst-entmax", 1e-4, 1.5),
+         ("entmax1.2", "entmax", None, 1.2))
 
 
 def _best_matmul_flops(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
@@ -128,17 +133,17 @@ def main(argv=None) -> dict:
 
     batches = synthetic_batches(args.vocab, args.batches, args.batch_size)
     models, optims = {}, {}
-    for name, eps in HEADS:
+    for name, head, eps, alpha in HEADS:
         torch.manual_seed(0)
         models[name] = build_model(args.arch, args.vocab, hidden=args.hidden, layers=args.layers, dropout=0.3,
-                                   head=head_from_name(name, eps)).to(device)
+                                   head=head_from_name(head, eps, alpha=alpha)).to(device)
         optims[name] = torch.optim.AdamW(models[name].parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.01)
-    for name, _ in HEADS:  # warm-up
+    for name, *_ in HEADS:  # warm-up
         train_steps(models[name], optims[name], batches[:1], device)
-    times = {name: [] for name, _ in HEADS}
+    times = {name: [] for name, *_ in HEADS}
     scored = positions = 0
     for _ in range(args.rounds):
-        for name, _ in HEADS:
+        for name, *_ in HEADS:
             seconds, scored, positions = train_steps(models[name], optims[name], batches, device)
             times[name].append(seconds)
     median = {name: statistics.median(ts) for name, ts in times.items()}
@@ -151,7 +156,8 @@ def main(argv=None) -> dict:
         "benchmark": "training throughput by output layer",
         "setup": {"arch": args.arch, "hidden": args.hidden, "layers": args.layers, "vocab": args.vocab,
                   "batch_size": args.batch_size, "batches_per_round": len(batches), "rounds": args.rounds,
-                  "scored_tokens_per_round": scored, "positions_per_round": positions, "eps": 1e-4},
+                  "scored_tokens_per_round": scored, "positions_per_round": positions,
+                  "heads": {key: {"head": h, "eps": e, "alpha": a} for key, h, e, a in HEADS}},
         "median_seconds_per_round": median,
         "scored_tokens_per_s": tokens_per_s,
         "ratio_to_vanilla": {name: tokens_per_s[name] / tokens_per_s["va"] for name in tokens_per_s},
@@ -160,15 +166,18 @@ def main(argv=None) -> dict:
         "matmul_ceiling_flops_per_s": {"square_1024": ceiling, "output_layer_shape": out_ceiling},
         "fraction_of_matmul_ceiling": {name: f / ceiling for name, f in flops_per_s.items()},
         "machine": {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                    "load_average_1min_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                     "platform": platform.platform(terse=True), "processor": platform.processor() or platform.machine()},
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "note": "Ratios are what matters; absolute numbers depend on the machine and its load.",
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, out)  # atomic
     for name in tokens_per_s:
-        print(f"{name:5s} {tokens_per_s[name]:9.0f} scored tok/s  x{result['ratio_to_vanilla'][name]:.3f} of VA  "
+        print(f"{name:14s} {tokens_per_s[name]:9.0f} scored tok/s  x{result['ratio_to_vanilla'][name]:.3f} of VA  "
               f"{flops_per_s[name] / 1e9:6.1f} GFLOP/s = {result['fraction_of_matmul_ceiling'][name]:.0%} of "
               f"matmul ceiling {ceiling / 1e9:.1f} GFLOP/s")
     print(f"wrote {out}")

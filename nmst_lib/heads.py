@@ -49,6 +49,7 @@ from torch.autograd.function import once_differentiable
 
 from ._validation import check_eps, check_index
 from .entmax import entmax_loss, log_entmax
+from .fused import FusedNLL, ProjectedFusedNLL, assemble_log_probs, fused_nll_forward, split_log_softmax
 
 __all__ = [
     "log1mexp",
@@ -298,26 +299,14 @@ def nmst_eos_log_probs(eos_logits, eps, t=None):
 # ----------------------------------------------------------------------------- the shared layer
 
 
-def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tensor, log_keep: torch.Tensor,
-                        inplace: bool = False):
+def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tensor, log_keep: torch.Tensor):
     """``out[..., v] = log(1 - p(eos)) + log_softmax_{v' != eos}(z)_v`` and ``out[..., eos] = log p(eos)``.
 
-    The second line of Choi, Cho, Lee (2023), Defs. 5 and 6. One copy of the logits (with the
-    eos logit set to -inf) is turned into the non-eos log-softmax in place, shifted by
-    ``log(1 - p(eos))`` in place, and its eos column set: one [..., V] tensor in all. With
-    ``inplace`` (contiguous logits the caller owns and no longer needs) the logits themselves
-    become the output, with the same numbers.
-    """
-    out = logits if inplace and logits.is_contiguous() else logits.clone(memory_format=torch.contiguous_format)
-    out[..., eos_id] = -math.inf
-    if out.device.type in ("cpu", "cuda"):
-        # in place: the CPU and CUDA kernels read a whole row (max, sum) before writing it
-        torch.log_softmax(out, dim=-1, out=out)
-    else:
-        out = torch.log_softmax(out, dim=-1)
-    out += log_keep.unsqueeze(-1)
-    out[..., eos_id] = log_p_eos
-    return out
+    The second line of Choi, Cho, Lee (2023), Defs. 5 and 6, from ONE log-softmax over all the
+    logits, shifted per row (:mod:`nmst_lib.fused`; eos-dominated rows are recomputed exactly):
+    one [..., V] tensor in all, the same numbers to rounding as masking eos and normalising."""
+    split = split_log_softmax(logits, eos_id, log_keep)
+    return assemble_log_probs(split, eos_id, log_p_eos, log_keep)
 
 
 class _EosSplitLogSoftmax(torch.autograd.Function):
@@ -376,124 +365,12 @@ def _log_probs_with_eos_rule(logits: torch.Tensor, eos_id: int, eos_rule, *rule_
     return _assemble_log_probs(logits, eos_id, log_p_eos, log_keep)
 
 
-def _lean_log_probs(logits, eos_id, eos_rule, rule_inputs, inplace: bool):
-    """Log-probabilities exactly as the head's ``forward`` computes them, in the memory of
-    ``logits`` when ``inplace``; returns ``(out, eos_logits, log_keep)`` (None, None for vanilla)."""
-    if eos_id is None:
-        if inplace and logits.is_contiguous() and logits.device.type in ("cpu", "cuda"):
-            return torch.log_softmax(logits, dim=-1, out=logits), None, None
-        return torch.log_softmax(logits, dim=-1), None, None
-    eos_logits = logits[..., eos_id].clone()
-    log_p_eos, log_keep = eos_rule(eos_logits, *rule_inputs)
-    return _assemble_log_probs(logits, eos_id, log_p_eos, log_keep, inplace=inplace), eos_logits, log_keep
-
-
-def _lean_backward(out, targets, eos_id, eos_rule, eos_logits, log_keep, rule_inputs, grad_losses,
-                   need_logits: bool, need_rule):
-    """The logits' gradient of ``sum_t g_t (-log p(y_t))``, written into ``out`` (see
-    :class:`_LeanNLL`), and the gradients of the eos rule's extra inputs."""
-    index = targets.unsqueeze(-1)
-    if eos_id is None:
-        grad = out.exp_()  # p, in the saved tensor's memory
-        grad.mul_(grad_losses.unsqueeze(-1))
-        grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
-        return grad, []
-    is_eos = targets == eos_id
-    zero = torch.zeros((), dtype=grad_losses.dtype, device=grad_losses.device)
-    grad_log_p_eos = torch.where(is_eos, -grad_losses, zero)
-    grad_log_keep = torch.where(is_eos, zero, -grad_losses)
-    grad = None
-    if need_logits:
-        grad = out.sub_(log_keep.unsqueeze(-1)).exp_()  # q; its eos column is overwritten below
-        grad.mul_(torch.where(is_eos, zero, grad_losses).unsqueeze(-1))
-        grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
-    with torch.enable_grad():
-        leaves = [eos_logits.detach().requires_grad_(need_logits)]
-        leaves += [x.detach().requires_grad_(need) for x, need in zip(rule_inputs, need_rule)]
-        wanted = [leaf for leaf in leaves if leaf.requires_grad]
-        log_p_eos, log_keep = eos_rule(*leaves)
-        grads = iter(torch.autograd.grad((log_p_eos, log_keep), wanted, (grad_log_p_eos, grad_log_keep),
-                                         allow_unused=True, materialize_grads=True))
-    if grad is not None:
-        grad[..., eos_id] = next(grads)
-    return grad, [next(grads) if leaf.requires_grad else None for leaf in leaves[1:]]
-
-
-class _LeanNLL(torch.autograd.Function):
-    """``-log p(y_t)`` per position for the vanilla (``eos_id is None``), ST and NMST layers,
-    keeping ONE ``[..., V]`` tensor for backward: the log-probabilities, which the backward
-    overwrites in place with the gradient of the logits (Chapter 7, 07_gpt2, memory).
-
-    Forward: exactly :meth:`OutputHead.token_losses` (log-probabilities as in ``forward``, then
-    the target's entry, negated). Backward, with ``g`` the upstream gradient per position and
-    ``c_t = g_t [y_t != eos]``: vanilla ``dz = p g - e_y g`` (the log-softmax backward of a
-    one-hot upstream gradient); ST/NMST ``dz_v = q_v c - e_y c`` for ``v != eos`` (``q`` = softmax
-    over the non-eos logits, as in :class:`_EosSplitLogSoftmax` with ``d/d log(1 - p(eos)) = -c``
-    and ``d/d log p(eos) = -g [y = eos]``), the eos column from the eos rule. Where the autograd
-    path materialises a one-hot ``[..., V]`` upstream gradient, a fresh gradient and the saved
-    log-probabilities (three tensors at once), this one needs the saved tensor only. A second
-    backward through the same graph (``retain_graph=True``) is refused by autograd's in-place check.
-    """
-
-    @staticmethod
-    def forward(ctx, logits, targets, eos_id, eos_rule, *rule_inputs):
-        out, eos_logits, log_keep = _lean_log_probs(logits, eos_id, eos_rule, rule_inputs, inplace=False)
-        extra = () if eos_id is None else (eos_logits, log_keep)
-        ctx.save_for_backward(out, targets, *extra, *rule_inputs)
-        ctx.eos_id, ctx.eos_rule = eos_id, eos_rule
-        return -out.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_losses):
-        out, targets, *rest = ctx.saved_tensors
-        eos_logits, log_keep, rule_inputs = (None, None, []) if ctx.eos_id is None else (rest[0], rest[1], rest[2:])
-        grad, rule_grads = _lean_backward(out, targets, ctx.eos_id, ctx.eos_rule, eos_logits, log_keep, rule_inputs,
-                                          grad_losses, ctx.needs_input_grad[0], ctx.needs_input_grad[4:])
-        return (grad if ctx.needs_input_grad[0] else None), None, None, None, *rule_grads
-
-
-class _ProjectedLeanNLL(torch.autograd.Function):
-    """:class:`_LeanNLL` with the output projection inside: ``logits = hidden @ weight^T`` is
-    computed here, turned into log-probabilities IN PLACE (nobody else holds it), saved, and
-    overwritten by its own gradient in backward, which then gives ``hidden`` and ``weight``
-    their gradients (as ``nn.Linear``'s backward would). So a training step holds one
-    ``[..., V]`` float32 tensor from forward to backward, never two (Chapter 7, 07_gpt2).
-    Under autocast the projection runs in the autocast dtype, as ``nn.Linear`` would, and is
-    upcast to float32 for the head; the backward's two matrix products run in that dtype too.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden, weight, targets, eos_id, eos_rule):
-        logits = torch.nn.functional.linear(hidden, weight)
-        ctx.mm_dtype = logits.dtype
-        if logits.dtype != torch.float32:
-            logits = logits.float()  # the heads compute in float32 (see _check_logits)
-        with torch.autocast(device_type=logits.device.type, enabled=False):
-            out, eos_logits, log_keep = _lean_log_probs(logits, eos_id, eos_rule, (), inplace=True)
-        del logits
-        extra = () if eos_id is None else (eos_logits, log_keep)
-        ctx.save_for_backward(hidden, weight, out, targets, *extra)
-        ctx.eos_id, ctx.eos_rule = eos_id, eos_rule
-        return -out.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_losses):
-        hidden, weight, out, targets, *rest = ctx.saved_tensors
-        eos_logits, log_keep = (None, None) if ctx.eos_id is None else rest
-        grad, _ = _lean_backward(out, targets, ctx.eos_id, ctx.eos_rule, eos_logits, log_keep, [],
-                                 grad_losses.float(), True, [])
-        del out
-        if ctx.mm_dtype != grad.dtype:
-            grad = grad.to(ctx.mm_dtype)
-        grad_hidden = grad_weight = None
-        if ctx.needs_input_grad[0]:
-            grad_hidden = grad.matmul(weight.to(grad.dtype)).to(hidden.dtype)
-        if ctx.needs_input_grad[1]:
-            flat = grad.reshape(-1, grad.shape[-1])
-            grad_weight = flat.t().mm(hidden.reshape(-1, hidden.shape[-1]).to(grad.dtype)).to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None
+def _fused_nll(logits: torch.Tensor, targets: torch.Tensor, eos_id, eos_rule, inplace_backward=False):
+    """``-log p(y_t)`` of the vanilla (``eos_id`` None), ST or NMST layer by :mod:`nmst_lib.fused`:
+    one log-softmax pass forward, ``exp`` and a multiply backward, one saved [..., V] tensor."""
+    if torch.is_grad_enabled() and logits.requires_grad:
+        return FusedNLL.apply(logits, targets, eos_id, eos_rule, inplace_backward)
+    return fused_nll_forward(logits, targets, eos_id, eos_rule, (), inplace=False)[0]
 
 
 def nll_token_losses(head, logits: torch.Tensor, targets: torch.Tensor,
@@ -502,11 +379,10 @@ def nll_token_losses(head, logits: torch.Tensor, targets: torch.Tensor,
 
     For the vanilla, ST and NMST layers (loss ``-log p(y_t)``, Choi, Cho, Lee (2023) eq. 3) the
     forward values are the same, bit for bit, and the gradient is the same function; autograd
-    keeps a single ``[..., V]`` tensor (the log-probabilities) and the backward reuses its memory
-    instead of allocating two more (:class:`_LeanNLL`). Other heads (entmax, NMST-entmax) and
-    calls without gradients go through ``head.token_losses`` unchanged. Used by
-    :meth:`nmst_lib.models.GPT2LM.token_loss`, where ``V = 50,257`` makes every ``[B, T, V]``
-    float32 tensor count (Chapter 7, 07_gpt2).
+    keeps a single ``[..., V]`` tensor (the log-softmax) and the backward reuses its memory
+    instead of allocating a new one (:class:`nmst_lib.fused.FusedNLL` with ``inplace_backward``;
+    a second backward through the same graph is refused). Other heads (entmax, NMST-entmax) and
+    calls without gradients go through ``head.token_losses`` unchanged (Chapter 7, 07_gpt2).
     """
     if not isinstance(head, OutputHead):
         raise TypeError(f"head must be an output layer from nmst_lib.heads, got {type(head).__name__}")
@@ -517,10 +393,10 @@ def nll_token_losses(head, logits: torch.Tensor, targets: torch.Tensor,
         logits = _check_logits(logits)
         _check_context_mask(context_mask, logits)
         targets = _check_targets(targets, logits)
-        return _LeanNLL.apply(logits, targets, None, None)
+        return _fused_nll(logits, targets, None, None, inplace_backward=True)
     logits, eos_id, rule = head._teacher_forcing_rule(logits, context_mask)
     targets = _check_targets(targets, logits)
-    return _LeanNLL.apply(logits, targets, eos_id, rule)
+    return _fused_nll(logits, targets, eos_id, rule, inplace_backward=True)
 
 
 def projected_nll_token_losses(head, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
@@ -530,7 +406,7 @@ def projected_nll_token_losses(head, hidden: torch.Tensor, weight: torch.Tensor,
 
     ``hidden[..., T, H]`` is the last layer's output, ``weight[V, H]`` the output projection
     (GPT-2's ``lm_head``, tied to the token embedding; no bias). For the vanilla, ST and NMST
-    layers with gradients (:class:`_ProjectedLeanNLL`) the logits are computed inside, become the
+    layers with gradients (:class:`nmst_lib.fused.ProjectedFusedNLL`) the logits are computed inside, become the
     log-probabilities in place and then their own gradient: the values equal the head's own
     loss bit for bit, the gradients to rounding. Otherwise (no gradients, entmax heads) it is
     ``head.token_losses`` of the projected logits (float32).
@@ -555,7 +431,7 @@ def projected_nll_token_losses(head, hidden: torch.Tensor, weight: torch.Tensor,
     else:
         _, eos_id, rule = head._teacher_forcing_rule(probe, context_mask)
     targets = _check_targets(targets, probe)
-    return _ProjectedLeanNLL.apply(hidden, weight, targets, eos_id, rule)
+    return ProjectedFusedNLL.apply(hidden, weight, targets, eos_id, rule)
 
 
 # ----------------------------------------------------------------------------- functional API
@@ -634,11 +510,11 @@ def _nmst_entmax_assemble(logits, eos_id: int, alpha: float, log_p_eos, log_keep
 def _nmst_entmax_losses(logits, targets, eos_id: int, alpha: float, log_p_eos, log_keep):
     """Per-position NMST-entmax loss: ``-log p(eos)`` at eos targets, else
     ``-log(1 - p(eos)) + L_alpha(z_{-eos}; y)`` (see :class:`NMSTEntmaxHead`)."""
-    non_eos = logits.masked_fill(_eos_column(logits, eos_id), -math.inf)
     is_eos = targets == eos_id
     # eos targets take the other branch; give the Fenchel-Young loss a finite (non-eos) target there
     safe_targets = targets.masked_fill(is_eos, (eos_id + 1) % logits.shape[-1])
-    fenchel_young = entmax_loss(non_eos, safe_targets, alpha, dim=-1)
+    # entmax over the non-eos logits: eos masked inside the loss, without a copy of the logits
+    fenchel_young = entmax_loss(logits, safe_targets, alpha, dim=-1, exclude=eos_id)
     return torch.where(is_eos, -log_p_eos, fenchel_young - log_keep)
 
 
@@ -799,6 +675,14 @@ class VanillaHead(OutputHead):
         logits = _check_step_inputs(logits, state)
         return torch.log_softmax(logits, dim=-1), state
 
+    def token_losses(self, logits, targets, context_mask=None):
+        """``-log softmax(z)_y`` per position (Choi, Cho, Lee (2023), eq. 3), bit for bit the
+        entry of :meth:`forward`; fused backward (:mod:`nmst_lib.fused`)."""
+        logits = _check_logits(logits)
+        _check_context_mask(context_mask, logits)
+        targets = _check_targets(targets, logits)
+        return _fused_nll(logits, targets, None, None)
+
 
 class _SelfTerminatingBase(OutputHead):
     def __init__(self, eps, eos_id: int = -1):
@@ -816,6 +700,14 @@ class _SelfTerminatingBase(OutputHead):
         eos_id = self.resolve_eos_id(logits.shape[-1])
         _check_eos_vocab(logits, eos_id)
         return logits, eos_id, (None if context_mask is None else ~context_mask)
+
+    def token_losses(self, logits, targets, context_mask=None):
+        """``-log p(y_t)`` per position (Choi, Cho, Lee (2023), eq. 3), bit for bit the entry of
+        :meth:`forward`, computed fused: one log-softmax pass forward, one in-place pass
+        backward (:mod:`nmst_lib.fused`). NMST-entmax overrides it with its own loss."""
+        logits, eos_id, rule = self._teacher_forcing_rule(logits, context_mask)
+        targets = _check_targets(targets, logits)
+        return _fused_nll(logits, targets, eos_id, rule)
 
 
 class STHead(_SelfTerminatingBase):

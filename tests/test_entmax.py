@@ -423,3 +423,74 @@ def test_bad_inputs_raise_clear_errors():
         entmax_loss(z, [0, 1], 1.5)
     with pytest.raises(ValueError, match="floating-point"):
         tsallis_entropy(torch.ones(3, dtype=torch.long), 1.5)
+
+
+# ------------------------------------------------------------- exact threshold (issue 25)
+from nmst_lib import entmax as _E  # noqa: E402
+
+
+@pytest.mark.parametrize("alpha", [1.05, 1.2, 1.7, 2.5])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (F64, 1e-10)])
+def test_exact_threshold_entmax_matches_the_package_at_wikitext_vocabulary(alpha, dtype, tol):
+    z = (2 * torch.randn(6, 33278, generator=torch.Generator().manual_seed(30), dtype=F64)).to(dtype)
+    z[0, :100] += 6.0  # a row with a support of ~100 (beyond the first 32 guesses)
+    w = torch.randn(z.shape, generator=torch.Generator().manual_seed(31), dtype=dtype)
+    # the reference: the package in float64 with 80 halvings (its float32 loss at alpha = 1.05 is
+    # itself off by ~3e-4: omega divides a float32 sum by alpha (alpha - 1))
+    z64, w64 = z.to(F64), w.to(F64)
+    p, g = _value_and_grad(lambda x: entmax(x, alpha), z, w)
+    p_ref, g_ref = _value_and_grad(lambda x: pkg.entmax_bisect(x, alpha, n_iter=80), z64, w64)
+    torch.testing.assert_close(p.to(F64), p_ref, atol=tol, rtol=0)
+    torch.testing.assert_close(g.to(F64), g_ref, atol=10 * tol, rtol=10 * tol)
+    y = torch.randint(0, 33278, (6,), generator=torch.Generator().manual_seed(32))
+    loss_ref = pkg.entmax_bisect_loss(z64, y, alpha, n_iter=80)
+    torch.testing.assert_close(entmax_loss(z, y, alpha).to(F64), loss_ref, atol=10 * tol, rtol=10 * tol)
+
+
+@pytest.mark.parametrize("alpha", [1.01, 1.2, 1.5, 1.9, 2.0, 3.0])
+def test_exact_threshold_is_the_root_to_float64_rounding(alpha):
+    z = 3 * torch.randn(5, 2000, generator=torch.Generator().manual_seed(33), dtype=F64)
+    X = (alpha - 1) * (z - z.amax(-1, keepdim=True))
+    tau = _E._exact_threshold(X, alpha, -1)
+    mass = (X - tau).clamp(min=0).pow(1 / (alpha - 1)).sum(-1)
+    torch.testing.assert_close(mass, torch.ones(5, dtype=F64), atol=1e-13, rtol=0)
+
+
+def test_the_root_on_the_largest_scores_alone_is_only_a_lower_bound_when_the_support_is_larger():
+    """Why the second stage exists (and so that the test above can fail): with a support of
+    thousands of scores, the root on the 32 largest is strictly below the threshold."""
+    z = 0.1 * torch.randn(2, 5000, generator=torch.Generator().manual_seed(34), dtype=F64)
+    X = 0.05 * (z - z.amax(-1, keepdim=True))
+    first = _E._newton_root(torch.topk(X, 32, dim=-1).values, 1.05)
+    exact = _E._exact_threshold(X, 1.05, -1)
+    assert bool((first < exact - 1e-3).all())
+    assert int(((X - exact) > 0).sum(-1).min()) > 1000  # the support is far larger than 32
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.2, 1.5, 2.0])
+def test_entmax_loss_with_exclude_equals_the_loss_of_masked_logits(alpha):
+    z = 2 * torch.randn(4, 7, 30, generator=torch.Generator().manual_seed(35), dtype=F64)
+    z[0, 0, 5] = 50.0  # the excluded logit is the largest: it must not set the shift
+    y = torch.randint(0, 29, (4, 7), generator=torch.Generator().manual_seed(36))
+    y[y == 5] = 6
+    x = z.clone().requires_grad_()
+    loss = entmax_loss(x, y, alpha, exclude=5)
+    (grad,) = torch.autograd.grad(loss.sum(), x)
+    x2 = z.clone().requires_grad_()
+    masked = x2.masked_fill(torch.arange(30) == 5, -math.inf)
+    ref = entmax_loss(masked, y, alpha)
+    (grad_ref,) = torch.autograd.grad(ref.sum(), x2)
+    torch.testing.assert_close(loss, ref, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(grad, grad_ref, atol=1e-12, rtol=1e-12)
+    assert bool((grad[..., 5] == 0).all())
+
+
+def test_entmax_loss_exclude_is_checked():
+    z = torch.randn(3, 6)
+    y = torch.tensor([0, 1, 2])
+    with pytest.raises(ValueError, match="exclude must be a class index"):
+        entmax_loss(z, y, 1.5, exclude=6)
+    with pytest.raises(ValueError, match="exclude must be a class index"):
+        entmax_loss(z, y, 1.5, exclude=True)
+    with pytest.raises(ValueError, match="no target may equal exclude"):
+        entmax_loss(z, y, 1.5, exclude=2)

@@ -131,6 +131,39 @@ def test_heads_on_half_precision_logits_cuda(dtype):
     check_heads_on_half_logits(dtype, "cuda")
 
 
+def check_fused_nll_on(device):
+    """The fused ST / NMST / vanilla NLL (nmst_lib.fused) on ``device`` against the float64 CPU
+    values and gradients, with eos-dominated rows (the exact branch: eos logit 1e4 and +40)."""
+    g = torch.Generator().manual_seed(11)
+    B, T, V = 3, 12, 500
+    z = 3 * torch.randn(B, T, V, generator=g, dtype=torch.float64)
+    z[0, 2, V - 1] = 1e4
+    z[1, 5, V - 1] = z[1, 5, :V - 1].logsumexp(-1) + 40.0
+    y = torch.randint(0, V, (B, T), generator=g)
+    y[2, 3] = V - 1
+    mask = (torch.arange(T) < 2).expand(B, -1)
+    for name, eps in HEAD_CASES:
+        head = head_from_name(name, eps)
+        ref_x = z.clone().requires_grad_()
+        ref = head.token_losses(ref_x, y, mask)
+        (ref_grad,) = torch.autograd.grad(ref.sum(), ref_x)
+        x = z.float().to(device).requires_grad_()
+        losses = head.token_losses(x, y.to(device), mask.to(device))
+        (grad,) = torch.autograd.grad(losses.sum(), x)
+        assert losses.device.type == device and bool(torch.isfinite(grad).all()), name
+        torch.testing.assert_close(losses.double().cpu(), ref, rtol=2e-6, atol=2e-5)
+        torch.testing.assert_close(grad.double().cpu(), ref_grad, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_nll_cpu():
+    check_fused_nll_on("cpu")
+
+
+@needs_cuda
+def test_fused_nll_cuda():
+    check_fused_nll_on("cuda")
+
+
 def check_model_under_autocast(device, dtype, atol):
     """A RecurrentLM under autocast: half-precision logits, float32 log-probabilities that sum to one,
     close to the float32 model; the loss's gradients are finite."""

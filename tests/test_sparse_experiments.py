@@ -120,7 +120,8 @@ def test_cli_head_list_and_alpha_option_match_the_library():
 @pytest.mark.parametrize("head,eps", [("va", None), ("st", 1e-2), ("nmst", 1e-2)])
 def test_training_loss_is_the_nll_bit_for_bit_for_va_st_nmst(head, eps):
     """Model.loss now averages head.token_losses; for the NLL heads it equals token_nll / count
-    exactly, values and gradients (so Chapter 6's training is unchanged)."""
+    exactly in value, and its gradient is the same function (fused backward, nmst_lib.fused,
+    issue 25: equal to rounding, no longer bit for bit, to autograd through the log-probabilities)."""
     from nmst_lib.heads import head_from_name
     from nmst_lib.models import build_model
 
@@ -136,7 +137,8 @@ def test_training_loss_is_the_nll_bit_for_bit_for_va_st_nmst(head, eps):
         model.zero_grad()
         fn().backward()
         grads.append([p.grad.clone() for p in model.parameters()])
-    assert all(torch.equal(a, b) for a, b in zip(*grads))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
 
 def test_entmax_model_trains_selects_on_its_own_loss_and_resumes_exactly(tmp_path):
