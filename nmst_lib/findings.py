@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["VERDICTS", "Band", "Claim", "Finding", "Findings", "convergence", "convergence_rows", "decide",
-           "last_epoch_floor", "noise_band", "recipe_rows"]
+           "last_epoch_floor", "noise_band", "recipe_rows", "recipe_summary", "convergence_summary"]
 
 #: The five verdicts, in the order a page lists their counts.
 VERDICTS = ("reproduces", "does not reproduce", "within noise", "forced", "not run")
@@ -239,6 +239,35 @@ def recipe_rows(ours, paper, fields=RECIPE_FIELDS, *, seeds=None) -> list:
         rows.append({"hyper-parameter": "seeds per model", "ours": str(a), "paper": str(b),
                      "deviation": "" if a == b else "differs"})
     return rows
+
+
+def recipe_summary(rows) -> str:
+    """One line for a :func:`recipe_rows` table: how many settings differ from the paper's, and
+    which ("4 of 12 settings differ from the paper's: learning rate, batch size, ..."), so a page
+    can show the table folded under it (Chapter 6)."""
+    rows = list(rows)
+    if not rows:
+        raise ValueError("recipe_summary needs the rows of recipe_rows, got none")
+    differing = [r["hyper-parameter"] for r in rows if r.get("deviation")]
+    if not differing:
+        return f"all {len(rows)} settings as in the paper"
+    return f"{len(differing)} of {len(rows)} settings differ from the paper's: " + ", ".join(differing)
+
+
+def convergence_summary(rows) -> str:
+    """One line for a :func:`convergence_rows` table: how many models converged on every seed
+    ("0 of 10 models converged: every run was still improving at its last epoch")."""
+    rows = list(rows)
+    if not rows:
+        raise ValueError("convergence_summary needs the rows of convergence_rows, got none")
+    done = sum(r["converged"] == "yes" for r in rows)
+    still = sum(r["converged"].startswith("no") for r in rows)
+    text = f"{done} of {len(rows)} models converged on every seed"
+    if still == len(rows):
+        text += "; every run was still improving at its last epoch"
+    elif still:
+        text += f"; {still} still improving at their last epoch"
+    return text
 
 
 @dataclass(frozen=True)

@@ -280,3 +280,22 @@ def test_the_binomial_band_names_what_was_counted():
     assert Band.binomial(0.5, 159, unit="tokens").source == "2 binomial s.e. (Agresti-Coull) on 159 tokens"
     with pytest.raises(ValueError):
         Band.binomial(0.5, 10, unit="")
+
+
+def test_recipe_and_convergence_summaries_say_what_the_folded_tables_hold():
+    from nmst_lib.findings import convergence_summary, recipe_summary
+
+    recipe = [{"hyper-parameter": "learning rate", "ours": "0.002", "paper": "0.001", "deviation": "differs"},
+              {"hyper-parameter": "optimizer", "ours": "AdamW", "paper": "AdamW", "deviation": ""},
+              {"hyper-parameter": "batch size", "ours": "16", "paper": "32", "deviation": "differs"}]
+    assert recipe_summary(recipe) == "2 of 3 settings differ from the paper's: learning rate, batch size"
+    assert recipe_summary(recipe[1:2]) == "all 1 settings as in the paper"
+    rows = [{"model": "VA", "converged": "no: still improving"}, {"model": "ST", "converged": "yes"},
+            {"model": "NMST", "converged": "2 of 3 seeds"}]
+    assert convergence_summary(rows) == "1 of 3 models converged on every seed; 1 still improving at their last epoch"
+    assert convergence_summary(rows[:1]) == (
+        "0 of 1 models converged on every seed; every run was still improving at its last epoch")
+    with pytest.raises(ValueError):
+        recipe_summary([])
+    with pytest.raises(ValueError):
+        convergence_summary([])
