@@ -186,6 +186,7 @@ class FusedNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, eos_id, eos_rule, inplace_backward, *rule_inputs):
+        """Losses ``-log p(y_t)`` per position (:func:`fused_nll_forward`); saves the log-softmax."""
         losses, saved = fused_nll_forward(logits, targets, eos_id, eos_rule, rule_inputs, inplace=False)
         ctx.n_saved = len(saved)
         ctx.save_for_backward(*saved, targets, *rule_inputs)
@@ -195,6 +196,7 @@ class FusedNLL(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_losses):
+        """Gradient of the logits (:func:`fused_nll_backward`), in place when asked."""
         tensors = ctx.saved_tensors
         saved, targets, rule_inputs = tensors[:ctx.n_saved], tensors[ctx.n_saved], tensors[ctx.n_saved + 1:]
         grad, rule_grads = fused_nll_backward(saved, targets, ctx.eos_id, ctx.eos_rule, rule_inputs, grad_losses,
@@ -215,6 +217,7 @@ class ProjectedFusedNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, eos_id, eos_rule):
+        """Losses per position of ``hidden @ weight^T``; saves the log-softmax in the logits' place."""
         logits = torch.nn.functional.linear(hidden, weight)
         ctx.mm_dtype = logits.dtype
         if logits.dtype != torch.float32:
@@ -237,6 +240,7 @@ class ProjectedFusedNLL(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_losses):
+        """Gradients of ``hidden`` and ``weight`` through the saved log-softmax, overwritten in place."""
         hidden, weight, targets, *saved = ctx.saved_tensors
         grad, _ = fused_nll_backward(tuple(saved), targets, ctx.eos_id, ctx.eos_rule, (), grad_losses.float(),
                                      True, [])
