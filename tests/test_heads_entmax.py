@@ -307,8 +307,10 @@ def test_sparse_heads_stay_finite_at_extreme_float32_logits(head):
 
 @pytest.mark.parametrize("head", [VanillaHead(), STHead(0.02), NMSTHead(0.02)])
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_default_token_losses_reproduce_the_models_nll_bit_for_bit(head, dtype):
-    # exactly what RecurrentLM.token_nll computes: -(log_probs[scored].gather(targets[scored])).sum()
+def test_default_token_losses_reproduce_the_models_nll_to_rounding(head, dtype):
+    # what RecurrentLM.token_nll computes: -(log_probs[scored].gather(targets[scored])).sum(). The
+    # training loss takes nmst_lib.fused's one-pass route and the log-probabilities the two-pass
+    # one (heads._assemble_log_probs), so they agree to rounding, not bit for bit.
     z = random_logits((4, 9, 15), seed=16, dtype=dtype)
     targets = torch.randint(0, 15, (4, 9), generator=torch.Generator().manual_seed(17))
     context_mask = (torch.arange(9) < 3).expand(4, 9)
@@ -317,8 +319,9 @@ def test_default_token_losses_reproduce_the_models_nll_bit_for_bit(head, dtype):
     nll = -log_probs[scored].gather(-1, targets[scored].unsqueeze(-1)).squeeze(-1).sum()
     losses = head.token_losses(z, targets, context_mask)
     assert losses.shape == (4, 9)
-    assert torch.equal(losses, -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
-    assert torch.equal(losses[scored].sum(), nll)
+    tol = 2e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(losses, -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1), rtol=tol, atol=tol)
+    torch.testing.assert_close(losses[scored].sum(), nll, rtol=tol, atol=tol)
 
 
 def test_token_losses_check_their_targets():

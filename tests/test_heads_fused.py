@@ -85,7 +85,9 @@ def test_fused_log_probs_and_losses_match_the_two_pass_layer(head, dtype, tol, m
     # relative to the size of the log-probability (1e4 carries an absolute rounding error of ~1e-3 in float32)
     torch.testing.assert_close(got[finite].to(F64), expected[finite], rtol=tol, atol=tol)
     losses = head.token_losses(z, y, mask)
-    assert torch.equal(losses, -got.gather(-1, y.unsqueeze(-1)).squeeze(-1))  # bit for bit the layer's entry
+    # the fused loss and the two-pass layer agree to rounding (the layer keeps the relative
+    # precision of a log-probability near 0, which the one-pass shift loses to a few O(1) ulps)
+    torch.testing.assert_close(losses.to(F64), -expected.gather(-1, y.unsqueeze(-1)).squeeze(-1), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("head", HEADS, ids=lambda h: f"{h.name}-{h.eps:g}")
