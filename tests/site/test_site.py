@@ -43,6 +43,18 @@ def requested_urls(driver) -> list[str]:
     return urls
 
 
+def keep_screenshot(take, path: Path) -> None:
+    """Save a screenshot for the record (``_build/screenshots``). Screenshots are not checks: a
+    renderer too busy to paint one in time (two browsers on two loaded cores timed out once on a
+    large explorer) is noted and the test goes on to its assertions."""
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        take(str(path))
+    except WebDriverException as error:
+        print(f"[site] screenshot {path.name} not taken: {str(error).splitlines()[0][:120]}")
+
+
 def built(site: Path, docname: str) -> Path:
     return site / f"{docname}.html"
 
@@ -98,7 +110,7 @@ def test_math_is_typeset_by_local_mathjax(site, browser, screenshots, docname):
         };
         """
     )
-    browser.save_screenshot(str(screenshots / (docname.replace("/", "__") + ".png")))
+    keep_screenshot(browser.save_screenshot, screenshots / (docname.replace("/", "__") + ".png"))
     assert counts["containers"] > 0, "no typeset formula on the page"
     assert counts["untypeset"] == 0, f"{counts['untypeset']} math elements were not typeset"
     assert counts["errors"] == 0, f"{counts['errors']} TeX errors (undefined macro?) on the page"
@@ -189,9 +201,9 @@ def _check_explorer_page(browser, screenshots, path: Path, name: str) -> None:
     assert explorers, f"{path.name}: no explorer on the page"
     for i, explorer in enumerate(explorers):
         browser.execute_script("arguments[0].scrollIntoView();", explorer)
-        explorer.screenshot(str(screenshots / f"{name}-explorer{i}-before.png"))
+        keep_screenshot(explorer.screenshot, screenshots / f"{name}-explorer{i}-before.png")
         shown, moves = _move_every_control(browser, explorer)
-        explorer.screenshot(str(screenshots / f"{name}-explorer{i}-after.png"))
+        keep_screenshot(explorer.screenshot, screenshots / f"{name}-explorer{i}-after.png")
         for move, before, after in zip(moves, shown, shown[1:]):
             assert before != after, f"{path.name}, explorer {i}: moving {move} did not change the displayed image"
         assert all(s.startswith("data:image/png;base64,") for s in shown)
