@@ -433,7 +433,7 @@ class GPT2LM(nn.Module):
         spec = {"format": 1, "name": self.head.name, "eps": getattr(self.head, "eps", None),
                 "alpha": getattr(self.head, "alpha", None), "eos_id": int(getattr(self.head, "eos_id", -1)),
                 "note": "nmst_lib output layer (nmst_lib.heads.head_from_name); read by GPT2LM.from_pretrained"}
-        from .experiments.results import atomic_write_bytes
+        from .files import atomic_write_bytes
 
         atomic_write_bytes(folder / HEAD_FILE, (json.dumps(spec, indent=1) + "\n").encode("utf-8"))
         return folder

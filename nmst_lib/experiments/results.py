@@ -34,13 +34,18 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..data import repo_root
+from ..files import (  # re-exported: their importers keep working
+    atomic_write_bytes,
+    is_source_checkout,
+    repo_root,
+    user_cache_dir,
+    write_json_atomic,
+)
 from .config import ExperimentConfig, config_hash, validate_config
 
 __all__ = [
@@ -101,22 +106,6 @@ def published_results_dir() -> Path:
     return root
 
 
-def is_source_checkout() -> bool:
-    """True when ``nmst_lib`` is imported from a git clone of the book's repository (an
-    editable install or the working directory): ``pyproject.toml`` and ``.git`` sit beside
-    the ``nmst_lib/`` folder. False for an installed wheel (site-packages has neither)."""
-    root = repo_root()
-    return (root / "pyproject.toml").is_file() and (root / ".git").exists()
-
-
-def user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/nmst_lib`` (an absolute ``XDG_CACHE_HOME`` only, as the XDG base
-    directory specification asks), else ``~/.cache/nmst_lib``."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "nmst_lib"
-
-
 def default_results_dir() -> Path:
     """Where new results are *written*: ``$NMST_RESULTS_DIR`` if set (and not empty); else the
     published folder (:func:`published_results_dir`) in a source checkout
@@ -167,40 +156,6 @@ def result_path(config: ExperimentConfig, results_dir: str | os.PathLike | None 
     base = _check_dir(results_dir)
     base = base if base is not None else default_results_dir()
     return base / result_folder(config) / f"{config.key}.json"
-
-
-def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` atomically: a temporary file in the same directory,
-    ``fsync``, then ``os.replace`` (a reader sees the old file or the new one, never half)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:  # pragma: no cover - e.g. Windows
-        pass
-
-
-def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
-    """Atomically write ``data`` as indented JSON (NaN/inf are rejected: not valid JSON)."""
-    text = json.dumps(data, indent=1, sort_keys=False, allow_nan=False) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _git(*args) -> str | None:

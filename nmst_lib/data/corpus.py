@@ -39,7 +39,8 @@ from pathlib import Path
 
 import torch
 
-from ._validation import check_positive_int
+from .._validation import check_positive_int
+from ..files import atomic_write_bytes, is_source_checkout, repo_root, user_cache_dir
 
 __all__ = [
     "CONTEXT_LEN",
@@ -116,11 +117,6 @@ class WikiTextUnavailable(OSError):
 # --------------------------------------------------------------------------------------------
 # Where the data lives
 # --------------------------------------------------------------------------------------------
-
-
-def repo_root() -> Path:
-    """The project's root directory (the folder holding ``nmst_lib/``)."""
-    return Path(__file__).resolve().parents[1]
 
 
 def data_root() -> Path | None:
@@ -1080,8 +1076,6 @@ def bpe_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     ``<user cache>/bpe`` (``~/.cache/nmst_lib/bpe``). Chapter 7 (07_gpt2)."""
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
-    from .experiments.results import is_source_checkout, user_cache_dir
-
     return repo_root() / "data" / "cache" / "bpe" if is_source_checkout() else user_cache_dir() / "bpe"
 
 
@@ -1129,8 +1123,6 @@ def bpe_sequences_cached(lines: list[str], tokenizer, context_len: int = CONTEXT
     from safetensors import SafetensorError
     from safetensors.torch import load as st_load
     from safetensors.torch import save as st_save
-
-    from .experiments.results import atomic_write_bytes
 
     key = hashlib.sha256(json.dumps({
         "format": BPE_CACHE_FORMAT, "tokenizer": _tokenizer_digest(tokenizer), "text": _lines_digest(lines),
