@@ -80,7 +80,7 @@ def synthetic_batches(vocab_size: int, n_batches: int, batch_size: int, seed: in
     $NMST_WIKITEXT_DIR / $NMST_DATA_DIR when present, else 11-200 tokens), random token ids, eos last."""
     g = torch.Generator().manual_seed(seed)
     lengths = None
-    folder = D.default_wikitext_dir()
+    folder = D.wikitext_dir()
     path = folder / "valid.txt" if folder is not None else None
     if path is not None and path.is_file():
         lens = [len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()]

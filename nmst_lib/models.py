@@ -382,7 +382,7 @@ class GPT2LM(nn.Module):
         """
         from transformers import GPT2LMHeadModel
 
-        from .data import _go_offline, hub_is_reachable
+        from .data.sources import go_offline, hub_is_reachable
 
         # a folder: a path object, an existing path, or a string that can only be a path
         if isinstance(name_or_dir, os.PathLike) or (isinstance(name_or_dir, str) and (
@@ -405,7 +405,7 @@ class GPT2LM(nn.Module):
         )
         start = time.perf_counter()
         if not hub_is_reachable(hub_timeout):
-            _go_offline()
+            go_offline()
             try:  # the local Hugging Face cache may hold it
                 model = GPT2LMHeadModel.from_pretrained(name_or_dir, local_files_only=True, **kwargs)
             except OSError as err:

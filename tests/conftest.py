@@ -63,7 +63,7 @@ def fixture_data_env():
 def no_data_env(monkeypatch):
     """No local data configured (neither variable set): what a fresh clone without data sees.
 
-    Also undoes, at teardown, what ``nmst_lib.data._go_offline`` does when a test finds the hub
+    Also undoes, at teardown, what ``nmst_lib.data.go_offline`` does when a test finds the hub
     unreachable (offline variables and the flags of ``datasets``/``huggingface_hub``), so that the
     offline state does not leak into later tests or into the kernels of the chapter notebooks."""
     monkeypatch.delenv(D.DATA_DIR_ENV, raising=False)

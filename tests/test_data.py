@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from datasources import FIXTURE_DATA_DIR, FIXTURE_WIKITEXT_DIR, FIXTURES, NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
+import nmst_lib
 from nmst_lib import data as D
 
 _OFFLINE_AT_IMPORT = __import__("os").environ.get("HF_DATASETS_OFFLINE")
@@ -95,8 +96,8 @@ def test_local_directory_with_a_training_split_is_used_as_is(wt_dir):
 
 
 def test_env_var_names_the_local_directory(wt_dir, no_data_env):
-    no_data_env.setenv(D.ENV_DIR, str(wt_dir))
-    assert D.default_wikitext_dir() == wt_dir
+    no_data_env.setenv(D.WIKITEXT_DIR_ENV, str(wt_dir))
+    assert D.wikitext_dir() == wt_dir
     corpus = D.load_wikitext2("auto")  # an explicit directory wins over the hub
     assert corpus.description.num_articles["train"] == 16
 
@@ -105,8 +106,8 @@ def test_data_root_variable_names_wikitext_and_tokenizer_folders(tmp_path, no_da
     assert D.data_root() is None and D.wikitext_dir() is None and D.gpt2_tokenizer_dir() is None
     no_data_env.setenv(D.DATA_DIR_ENV, str(tmp_path))
     assert D.data_root() == tmp_path
-    assert D.wikitext_dir() == tmp_path / "wikitext-2" and D.default_wikitext_dir() == tmp_path / "wikitext-2"
-    assert D.gpt2_tokenizer_dir() == tmp_path / "gpt2-tokenizer" == D.default_gpt2_tokenizer_dir()
+    assert D.wikitext_dir() == tmp_path / "wikitext-2"
+    assert D.gpt2_tokenizer_dir() == tmp_path / "gpt2-tokenizer"
 
 
 def test_precedence_argument_then_wikitext_variable_then_data_root(wt_dir, tmp_path, no_data_env):
@@ -116,7 +117,7 @@ def test_precedence_argument_then_wikitext_variable_then_data_root(wt_dir, tmp_p
     (root / "wikitext-2" / "valid.txt").write_text("\n".join(fake_split(6, "Root", 3)) + "\n")
     no_data_env.setenv(D.DATA_DIR_ENV, str(root))
     assert D.load_wikitext2("auto").description.num_articles == {"train": 4, "valid": 1, "test": 1}
-    no_data_env.setenv(D.ENV_DIR, str(wt_dir))  # the specific variable wins over the root
+    no_data_env.setenv(D.WIKITEXT_DIR_ENV, str(wt_dir))  # the specific variable wins over the root
     assert D.wikitext_dir() == wt_dir
     assert sum(D.load_wikitext2("auto").description.num_articles.values()) == 20
     only_valid = tmp_path / "arg"
@@ -331,7 +332,7 @@ def test_epoch_order_depends_only_on_seed_and_epoch():
 def test_the_library_names_no_workplace_paths():
     """Data locations come from arguments and NMST_DATA_DIR / NMST_WIKITEXT_DIR, never from the
     layout of the project's machines (the ../shared folder beside the checkout)."""
-    root = Path(D.__file__).resolve().parent
+    root = Path(nmst_lib.__file__).resolve().parent
     offenders = [f"{p.relative_to(root.parent)}:{n}" for p in sorted(root.rglob("*.py"))
                  for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
                  if "shared/data" in line or '"shared"' in line or "../shared" in line]
@@ -340,7 +341,7 @@ def test_the_library_names_no_workplace_paths():
 
 def test_going_offline_does_not_leak_out_of_a_test():
     """The tests above that found the hub unreachable set the offline flags through
-    nmst_lib.data._go_offline; the no_data_env fixture restored them (chapter kernels started
+    nmst_lib.data.go_offline; the no_data_env fixture restored them (chapter kernels started
     later by the same pytest run inherit os.environ)."""
     import os
 

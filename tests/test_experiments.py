@@ -141,7 +141,7 @@ def test_bad_config_fails_before_any_data_or_training(monkeypatch, tmp_path):
 def test_empty_data_fails_before_training(tmp_path, monkeypatch):
     (tmp_path / "valid.txt").write_text(" = A = \n short line \n = B = \n tiny \n = C = \n x y \n")
     (tmp_path / "test.txt").write_text(" = D = \n also short \n")
-    monkeypatch.setenv(D.ENV_DIR, str(tmp_path))
+    monkeypatch.setenv(D.WIKITEXT_DIR_ENV, str(tmp_path))
     with pytest.raises(ValueError, match="no line longer than context_len"):
         train(quick(data_source="auto"), checkpoint_dir=tmp_path / "ckpt", progress=False)
     assert not (tmp_path / "ckpt").exists()
@@ -151,7 +151,7 @@ def test_quick_profile_data_from_the_real_wikitext(monkeypatch):
     """The quick profile's data preparation on the real validation + test splits (the substitute)."""
     if REAL_WIKITEXT_DIR is None:
         pytest.skip(NO_REAL_WIKITEXT)
-    monkeypatch.setenv(D.ENV_DIR, str(REAL_WIKITEXT_DIR))
+    monkeypatch.setenv(D.WIKITEXT_DIR_ENV, str(REAL_WIKITEXT_DIR))
     config = quick(data_source="auto")
     data = prepare_data(config)
     desc = data.description

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from datasources import FIXTURE_DATA_DIR, NO_REAL_TOKENIZER, REAL_TOKENIZER_DIR
 from nmst_lib import data as D
+from nmst_lib.data import gpt2_bpe
 
 needs_real_tokenizer = pytest.mark.skipif(REAL_TOKENIZER_DIR is None, reason=NO_REAL_TOKENIZER)
 
@@ -184,11 +186,11 @@ def test_bpe_cache_is_written_atomically_leaving_no_temporary_files(tmp_path, ti
 
 def test_bpe_cache_dir_is_git_ignored_data_cache_in_a_checkout(monkeypatch):
     path = D.bpe_cache_dir()
-    from nmst_lib.experiments.results import is_source_checkout
+    from nmst_lib.files import is_source_checkout
 
     if is_source_checkout():
         assert path == D.repo_root() / "data" / "cache" / "bpe"
-    assert D.bpe_cache_dir("~/x") == D.Path(os.path.expanduser("~/x"))
+    assert D.bpe_cache_dir("~/x") == Path(os.path.expanduser("~/x"))
 
 
 def test_bpe_sequences_cached_rejects_bad_input(tmp_path, tiny_bpe_tokenizer):
@@ -202,7 +204,7 @@ def test_bpe_sequences_cached_rejects_bad_input(tmp_path, tiny_bpe_tokenizer):
 
 def test_make_bpe_sequences_in_chunks_equals_one_call(monkeypatch, tiny_bpe_tokenizer):
     whole = D.make_bpe_sequences(LINES * 3, tiny_bpe_tokenizer)
-    monkeypatch.setattr(D, "_BPE_CHUNK_LINES", 2)
+    monkeypatch.setattr(gpt2_bpe, "_BPE_CHUNK_LINES", 2)  # read there
     chunked = D.make_bpe_sequences(LINES * 3, tiny_bpe_tokenizer)
     assert torch.equal(whole.tokens, chunked.tokens) and torch.equal(whole.line_numbers, chunked.line_numbers)
     assert len(whole) >= 6 and torch.equal(whole.lengths, chunked.lengths)
