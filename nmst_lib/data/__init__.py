@@ -17,17 +17,17 @@ WikiText and GPT-2's byte-level BPE).
 
 One module per idea; every public name is importable from here:
 
-* :mod:`.sources`: the environment variables, the local data folders, the
+* ``sources``: the environment variables, the local data folders, the
   hub probe and going offline.
-* :mod:`.corpus`: WikiText-2's splits (hub or folder), its articles, the
+* ``corpus``: WikiText-2's splits (hub or folder), its articles, the
   article re-split substitute, :class:`Corpus` and
   :class:`DataDescription`.
-* :mod:`.raw_wikitext`: raw, detokenised WikiText for GPT-2 (Chapter 7).
-* :mod:`.vocabulary`: the word-level :class:`Vocabulary`; other
+* ``raw_wikitext``: raw, detokenised WikiText for GPT-2 (Chapter 7).
+* ``vocabulary``: the word-level :class:`Vocabulary`; other
   vocabularies sit beside it.
-* :mod:`.sequences`: :class:`SequenceData`, :class:`Batch` and the
+* ``sequences``: :class:`SequenceData`, :class:`Batch` and the
   bucketed, resumable batch order.
-* :mod:`.gpt2_bpe`: GPT-2's tokenizer, :class:`TokenizerVocabulary`, BPE
+* ``gpt2_bpe``: GPT-2's tokenizer, :class:`TokenizerVocabulary`, BPE
   sequences and their disk cache (Chapter 7).
 
 The file helpers they use (atomic writes, the repository and cache folders)
