@@ -23,6 +23,7 @@ from .._validation import check_eps, check_positive_int
 
 __all__ = [
     "PROFILES",
+    "VOCAB_KINDS",
     "ARCHS",
     "HEADS",
     "NLL_HEADS",
@@ -58,6 +59,9 @@ SCHEMA_VERSION = 1
 stored result then becomes STALE."""
 
 PROFILES = ("quick", "cpu", "paper")
+VOCAB_KINDS = ("word", "bpe")
+"""Vocabularies of the RNN/LSTM experiments: whitespace words, or BPE pieces learned on the
+training split (Chapter 6, "The data")."""
 ARCHS = ("rnn", "lstm", "gpt2")
 """Model families: tanh RNN and LSTM (Chapter 6, 06_wikitext; Chapter 8, 08_sparse) and GPT-2
 (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2)."""
@@ -193,6 +197,11 @@ def normalise_head(head: str) -> str:
     return _HEAD_ALIASES[key]
 
 
+def _short_count(n: int) -> str:
+    """``8000`` -> ``"8k"``, ``8192`` -> ``"8192"``: a vocabulary size in a key."""
+    return f"{n // 1000}k" if n % 1000 == 0 else str(n)
+
+
 def _short_eps(eps: float) -> str:
     """eps in scientific notation with the fewest mantissa digits that give it back exactly:
     ``1e-04``, ``5e-04``, ``2.5e-03`` (one digit would print 2.5e-3 as ``3e-03``). Keys and labels
@@ -211,7 +220,10 @@ class ExperimentConfig:
     profile's defaults.
 
     Data: ``data_source`` (see :func:`nmst_lib.data.load_wikitext2`), ``substitute_seed``,
-    ``context_len`` k, ``vocab_cap`` (N most frequent training words + ``<unk>``; None = all),
+    ``context_len`` k, ``vocab_kind`` (``word``: whitespace words; ``bpe``: subword pieces learned on
+    the training split, :func:`nmst_lib.subwords.learn_subword_vocabulary`), ``vocab_cap`` (word:
+    N most frequent training words + ``<unk>``, None = all; bpe: the number of pieces, specials
+    included, required),
     ``max_train_tokens`` (training sequences kept in order until this many tokens; None = all),
     ``max_eval_tokens`` (the same for the validation and test splits; None = all).
     Model: ``arch`` (rnn|lstm), ``head`` (va|st|nmst|entmax|nmst-entmax), ``eps`` (ST, NMST and
@@ -274,6 +286,7 @@ class ExperimentConfig:
     substitute_seed: int = 0
     context_len: int = 10
     vocab_cap: int | None = None
+    vocab_kind: str = "word"
     max_train_tokens: int | None = None
     max_eval_tokens: int | None = None
     # model
@@ -325,7 +338,8 @@ class ExperimentConfig:
         (``cpu-gpt2-st-eps2.5e-3-seed0``, not ``eps3e-3``)."""
         eps = "" if self.eps is None else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
         alpha = "" if self.alpha is None else f"-a{self.alpha:g}"
-        return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}{self._temperature_key()}-seed{self.seed}"
+        vocab = "" if self.vocab_kind == "word" else f"-{self.vocab_kind}{_short_count(self.vocab_cap)}"
+        return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}{self._temperature_key()}{vocab}-seed{self.seed}"
 
     def _temperature_key(self) -> str:
         """The Chapter 9 (09_temperature) part of :attr:`key`: ``-mos{M}`` for a mixture of M
@@ -392,7 +406,7 @@ class ExperimentConfig:
         return validate_config(replace(self, **changes))
 
 
-_OMITTED_AT_DEFAULT = {"alpha": None, "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
+_OMITTED_AT_DEFAULT = {"alpha": None, "vocab_kind": "word", "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
                        "lr_schedule": "plateau", "lr_decay_steps": None, "max_steps": None, "grad_accum": 1,
                        "no_decay_bias_norm": False,
                        "temperature": None, "temperature_a": None, "temperature_b": None, "temperature_lambda": None,
@@ -604,6 +618,12 @@ def _validate_gpt2_and_schedule(config: ExperimentConfig, arch: str) -> dict:
     elif arch == "gpt2" and config.pretrained is None:
         raise ValueError("a GPT-2 trained from scratch (pretrained None) needs attn_heads, a divisor of hidden "
                          "(e.g. attn_heads=4 with hidden=128), or pretrained='gpt2'")
+    if config.vocab_kind not in VOCAB_KINDS:
+        raise ValueError(f"unknown vocab_kind {config.vocab_kind!r}: choose word (whitespace words, the "
+                         "vocab_cap most frequent) or bpe (subword pieces learned on the training split)")
+    if config.vocab_kind == "bpe" and (arch == "gpt2" or config.vocab_cap is None):
+        raise ValueError("vocab_kind bpe needs vocab_cap, the number of pieces (e.g. 8000), and an rnn or lstm "
+                         f"(GPT-2 has its own BPE); got arch {arch!r}, vocab_cap {config.vocab_cap!r}")
     if arch == "gpt2" and config.vocab_cap is not None:
         raise ValueError(f"vocab_cap must be None for arch gpt2: the GPT-2 BPE vocabulary is fixed (50,257 ids), "
                          f"got {config.vocab_cap!r}")

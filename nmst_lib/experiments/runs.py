@@ -48,6 +48,7 @@ __all__ = [
     "rnt_grid",
     "decoding_context_indices",
     "sparse_histogram",
+    "unk_counts",
     "decode_at_scale",
     "eos_probability_traces",
     "load_trained",
@@ -101,6 +102,15 @@ def _display_text(vocab, ids) -> str:
     return " ".join(vocab.decode(ids))
 
 
+def unk_counts(tokens: torch.Tensor, lengths: torch.Tensor, unk_id: int, eos_id: int) -> tuple[int, int]:
+    """(tokens equal to ``unk_id``, tokens emitted) among the first ``lengths[i]`` tokens of each
+    row of ``tokens`` (a decoder's output), eos not counted as emitted: the ``<unk>`` share of
+    a decoder's continuations, ``unk / emitted`` (Chapter 6, 06_wikitext, "The data")."""
+    inside = torch.arange(tokens.shape[1], device=tokens.device) < lengths.to(tokens.device)[:, None]
+    emitted = inside & (tokens != eos_id)
+    return int((emitted & (tokens == unk_id)).sum()), int(emitted.sum())
+
+
 def _peak_memory_start(device: torch.device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -152,7 +162,8 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
     r_nt(L) = fraction of contexts whose value is null or > L. ``lengths``,
     ``length_histogram``, ``mean_terminated_length`` and ``examples`` describe the sequences
     returned with limit ``max_len``; ``terminated_fraction`` and ``not_terminated`` agree with
-    ``rnt`` at L = ``max_len``. (Results stored before this field existed have it absent and
+    ``rnt`` at L = ``max_len``. ``unk_share`` (when ``vocab`` has an ``<unk>`` of its own) is the
+    share of ``<unk>`` among the emitted tokens (:func:`unk_counts`). (Results stored before this field existed have it absent and
     their beam ``rnt`` read off the returned lengths, which overstates r_nt(L) for L < max_len.)
     """
     spec = parse_decoder(decoder)
@@ -162,6 +173,8 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
     weighted = np.zeros(len(Ls))
     hist = np.zeros(max_len + 2, dtype=np.int64)
     examples, context_lengths, terminated_rows, first_finish = [], [], [], []
+    unk_tokens = word_tokens = 0
+    count_unk = vocab is not None and getattr(vocab, "unk_id", None) not in (None, getattr(vocab, "eos_id", None))
     mem0 = _peak_memory_start(device)
     start = time.perf_counter()
     chunks = contexts.split(batch_size)
@@ -173,6 +186,9 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
         terminated_rows += g.terminated.tolist()
         if spec.method == "beam":  # JSON null, not the library's max_len + 1, for "never finished"
             first_finish += [s if s <= max_len else None for s in g.first_finish_steps.tolist()]
+        if count_unk:
+            unk, emitted = unk_counts(g.tokens, g.lengths, vocab.unk_id, vocab.eos_id)
+            unk_tokens, word_tokens = unk_tokens + unk, word_tokens + emitted
         if vocab is not None and len(examples) < num_examples:
             for i in range(min(num_examples - len(examples), chunk.shape[0])):
                 n = int(g.lengths[i])
@@ -201,6 +217,7 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
         "lengths": context_lengths,
         "terminated": terminated_rows,
         **beam_fields,
+        **({"unk_share": unk_tokens / word_tokens if word_tokens else None} if count_unk else {}),
         "wall_seconds": wall,
         "peak_memory": _peak_memory_mib(device, mem0),
         "examples": examples,

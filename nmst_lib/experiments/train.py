@@ -168,6 +168,18 @@ def _truncate(data: D.SequenceData, max_tokens: int | None, name: str) -> D.Sequ
     return data.subset(torch.arange(keep))
 
 
+def build_vocabulary_for(config: ExperimentConfig, train_lines: list[str]):
+    """The vocabulary ``config`` asks for, from the training lines: the ``vocab_cap`` most
+    frequent words (``vocab_kind`` word), or ``vocab_cap`` BPE pieces learned on them
+    (``vocab_kind`` bpe, :func:`nmst_lib.subwords.learn_subword_vocabulary`). Chapter 6,
+    06_wikitext, "The data"."""
+    if config.vocab_kind == "bpe":
+        from ..subwords import learn_subword_vocabulary
+
+        return learn_subword_vocabulary(train_lines, config.vocab_cap)
+    return D.build_vocabulary(train_lines, cap=config.vocab_cap)
+
+
 def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> PreparedData:
     """Vocabulary from the training lines (capped at ``config.vocab_cap``), continuation-task
     sequences of every split (k = ``config.context_len``), the training sequences cut to
@@ -187,7 +199,7 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
             return D.bpe_sequences_cached(lines, tokenizer, context_len=config.context_len,
                                           max_len=GPT2_MAX_POSITIONS)
     else:
-        vocab = D.build_vocabulary(corpus.train, cap=config.vocab_cap)
+        vocab = build_vocabulary_for(config, corpus.train)
 
         def sequences(lines):
             return D.make_sequences(lines, vocab, config.context_len)
@@ -216,6 +228,8 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
             desc["sequences"][name]["unk_rate"] = float((s.tokens == vocab.unk_id).double().mean())
         desc["vocabulary"] = {"size": len(vocab), "cap": config.vocab_cap, "fingerprint": vocab.fingerprint,
                               "built_from": "train split (after substitution, before max_train_tokens)"}
+        if config.vocab_kind != "word":
+            desc["vocabulary"]["kind"] = f"{config.vocab_kind} pieces learned with tokenizers"
     desc["context_len"] = config.context_len
     return PreparedData(vocab, splits["train"], splits["valid"], splits["test"], desc)
 

@@ -1,0 +1,135 @@
+"""The subword (BPE) vocabulary of Chapters 6, 8 and 9 (nmst_lib.subwords) and the pieces of
+the experiments that use it: the config's vocab_kind, sequences whose words span several ids,
+and the <unk> share of a decoder's output."""
+
+import pytest
+import torch
+
+from nmst_lib import data as D
+from nmst_lib.experiments import make_config
+from nmst_lib.experiments.runs import unk_counts
+from nmst_lib.experiments.train import build_vocabulary_for
+from nmst_lib.subwords import (
+    WORD_START,
+    SubwordVocabulary,
+    learn_subword_vocabulary,
+)
+
+pytest.importorskip("tokenizers")
+
+LINES = [
+    "the cat sat on the mat , and the dog sat on the log .",
+    "a <unk> went to the market and bought electric guitars .",
+    "electricity and electrons are electric ; the <unk> said so .",
+    "= Heading of an article =",
+] * 5
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return learn_subword_vocabulary(LINES, 80)
+
+
+def test_specials_come_last_with_eos_the_last_id(vocab):
+    assert vocab.itos[-3:] == [D.UNK, D.PAD, D.EOS]
+    assert vocab.eos_id == len(vocab) - 1 == 79
+    assert (vocab.unk_id, vocab.pad_id) == (77, 78)
+
+
+def test_learning_is_deterministic_same_lines_same_fingerprint():
+    a, b = (learn_subword_vocabulary(LINES, 80) for _ in range(2))
+    assert a.fingerprint == b.fingerprint and a == b
+    c = learn_subword_vocabulary(LINES, 90)
+    assert c.fingerprint != a.fingerprint and c != a
+
+
+def test_display_of_the_encoded_words_gives_the_line_back(vocab):
+    for line in set(LINES):
+        ids = vocab.encode(line.split())
+        assert "".join(vocab.display(ids)) == " " + line
+        assert vocab.words_of(ids) == line.split()
+
+
+def test_a_rare_word_is_spelled_in_pieces_not_replaced_by_unk(vocab):
+    ids = vocab.encode(["electrics"])
+    assert len(ids) > 1 and vocab.unk_id not in ids
+    assert vocab.decode(ids)[0].startswith(WORD_START)
+    assert "".join(vocab.display(ids)) == " electrics"
+
+
+def test_the_datas_own_unk_is_one_id_and_unseen_characters_become_unk(vocab):
+    assert vocab.encode(["<unk>"]) == [vocab.unk_id]
+    ids = vocab.encode(["Zürich"])  # Z, ü and h never occur in LINES
+    assert vocab.unk_id in ids
+    assert vocab.encode([]) == []
+
+
+def test_decode_skips_negative_ids_like_decoder_padding(vocab):
+    ids = vocab.encode(["the", "cat"])
+    assert vocab.decode(torch.tensor(ids + [-1, -1])) == vocab.decode(ids)
+
+
+def test_bad_input_is_refused_with_a_message():
+    with pytest.raises(ValueError, match=">= 64"):
+        learn_subword_vocabulary(LINES, 10)
+    with pytest.raises(ValueError, match="reserved token '<eos>'"):
+        learn_subword_vocabulary(["a b <eos> c"], 100)
+    with pytest.raises(ValueError, match="empty"):
+        learn_subword_vocabulary(["", "  "], 100)
+    with pytest.raises(TypeError, match="list of strings"):
+        learn_subword_vocabulary("the cat sat", 100)
+
+
+def test_a_tokenizer_without_the_specials_is_refused():
+    import tokenizers as tk
+
+    bare = tk.Tokenizer(tk.models.BPE())
+    with pytest.raises(ValueError, match="special tokens"):
+        SubwordVocabulary(bare)
+
+
+def test_sequences_count_pieces_not_words(vocab):
+    line = "electricity and electrons are electric ; the <unk> said so ."
+    seqs = D.make_sequences([line, "the cat"], vocab, context_len=5)
+    ids = vocab.encode(line.split())
+    assert len(ids) > len(line.split())
+    assert len(seqs) == 1 and int(seqs.lengths[0]) == len(ids) + 1
+    assert seqs.sequence(0).tolist() == ids + [vocab.eos_id]
+
+
+def test_config_names_the_vocabulary_in_its_key_and_keeps_word_hashes():
+    bpe = make_config("cpu", "lstm", "va", vocab_kind="bpe", vocab_cap=8000)
+    assert bpe.key == "cpu-lstm-va-bpe8k-seed0"
+    assert bpe.to_dict()["vocab_kind"] == "bpe"
+    word = make_config("cpu", "lstm", "va")
+    assert (
+        word.key == "cpu-lstm-va-seed0" and "vocab_kind" not in word.to_dict()
+    )
+    odd = make_config(
+        "cpu", "lstm", "nmst", eps=5e-4, vocab_kind="bpe", vocab_cap=8192
+    )
+    assert odd.key == "cpu-lstm-nmst-eps5e-4-bpe8192-seed0"
+
+
+def test_config_refuses_a_bpe_vocabulary_without_a_size_or_on_gpt2():
+    with pytest.raises(ValueError, match="vocab_kind bpe needs vocab_cap"):
+        make_config("cpu", "lstm", "va", vocab_kind="bpe", vocab_cap=None)
+    with pytest.raises(ValueError, match="unknown vocab_kind"):
+        make_config("cpu", "lstm", "va", vocab_kind="chars")
+
+
+def test_the_config_builds_the_vocabulary_it_names():
+    bpe = make_config("quick", "lstm", "va", vocab_kind="bpe", vocab_cap=80)
+    assert isinstance(build_vocabulary_for(bpe, LINES), SubwordVocabulary)
+    word = make_config("quick", "lstm", "va", vocab_cap=5)
+    built = build_vocabulary_for(word, LINES)
+    assert isinstance(built, D.Vocabulary) and len(built) == 5 + 3
+
+
+def test_unk_share_counts_emitted_tokens_only():
+    unk, eos = 7, 9
+    tokens = torch.tensor([[1, unk, 2, eos, -1], [unk, unk, 3, 4, 5]])
+    lengths = torch.tensor(
+        [4, 3]
+    )  # row 0 ends with eos; row 1 cut after 3 tokens
+    assert unk_counts(tokens, lengths, unk, eos) == (3, 6)
