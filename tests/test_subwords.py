@@ -1,4 +1,4 @@
-"""The subword (BPE) vocabulary of Chapters 6, 8 and 9 (nmst_lib.subwords) and the pieces of
+"""The subword (BPE) vocabulary of Chapters 6, 8 and 9 (nmst_lib.data.subwords) and the pieces of
 the experiments that use it: the config's vocab_kind, sequences whose words span several ids,
 and the <unk> share of a decoder's output."""
 
@@ -9,7 +9,7 @@ from nmst_lib import data as D
 from nmst_lib.experiments import make_config
 from nmst_lib.experiments.runs import unk_counts
 from nmst_lib.experiments.train import build_vocabulary_for
-from nmst_lib.subwords import (
+from nmst_lib.data.subwords import (
     WORD_START,
     SubwordVocabulary,
     learn_subword_vocabulary,

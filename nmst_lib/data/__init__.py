@@ -23,8 +23,9 @@ One module per idea; every public name is importable from here:
   article re-split substitute, :class:`Corpus` and
   :class:`DataDescription`.
 * ``raw_wikitext``: raw, detokenised WikiText for GPT-2 (Chapter 7).
-* ``vocabulary``: the word-level :class:`Vocabulary`; other
-  vocabularies sit beside it.
+* ``vocabulary``: the word-level :class:`Vocabulary`.
+* ``subwords``: the subword (BPE) :class:`SubwordVocabulary` learned on the
+  training split, beside it (Chapters 6, 8, 9).
 * ``sequences``: :class:`SequenceData`, :class:`Batch` and the
   bucketed, resumable batch order.
 * ``gpt2_bpe``: GPT-2's tokenizer, :class:`TokenizerVocabulary`, BPE
@@ -85,6 +86,11 @@ from .sources import (
     hub_is_reachable,
     wikitext_dir,
 )
+from .subwords import (
+    WORD_START,
+    SubwordVocabulary,
+    learn_subword_vocabulary,
+)
 from .vocabulary import EOS, PAD, UNK, Vocabulary, build_vocabulary
 
 __all__ = [
@@ -103,10 +109,12 @@ __all__ = [
     "UNK",
     "WIKITEXT_DIR_ENV",
     "WIKITEXT_SUBDIR",
+    "WORD_START",
     "Batch",
     "Corpus",
     "DataDescription",
     "SequenceData",
+    "SubwordVocabulary",
     "TokenizerVocabulary",
     "Vocabulary",
     "WikiTextUnavailable",
@@ -121,6 +129,7 @@ __all__ = [
     "hub_is_reachable",
     "is_article_heading",
     "iterate_batches",
+    "learn_subword_vocabulary",
     "load_gpt2_tokenizer",
     "load_local_splits",
     "load_wikitext2",

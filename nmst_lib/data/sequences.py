@@ -134,14 +134,16 @@ def make_sequences(
     lines: list[str], vocab: Vocabulary, context_len: int = CONTEXT_LEN
 ) -> SequenceData:
     """Continuation-task sequences from lines (Choi, Cho, Lee (2023) Sec.
-    4.1; Chapter 6, 06_wikitext): each non-empty line with more than
-    ``context_len`` tokens becomes its ids followed by ``<eos>``; shorter
-    lines are dropped. Built once; batches are tensor gathers."""
+    4.1; Chapter 6, 06_wikitext): each line whose ids (one per word for a
+    :class:`~nmst_lib.data.Vocabulary`, one per piece for a
+    :class:`~nmst_lib.data.SubwordVocabulary`) number more than
+    ``context_len`` becomes its ids followed by ``<eos>``; shorter lines are
+    dropped. Built once; batches are tensor gathers."""
     context_len = check_positive_int(context_len, "context_len")
-    kept = [(n, line.split()) for n, line in enumerate(lines)]
-    kept = [(n, toks) for n, toks in kept if len(toks) > context_len]
-    ids = [i for _, toks in kept for i in vocab.encode(toks) + [vocab.eos_id]]
-    lengths = [len(toks) + 1 for _, toks in kept]
+    encoded = [(n, vocab.encode(line.split())) for n, line in enumerate(lines)]
+    kept = [(n, ids) for n, ids in encoded if len(ids) > context_len]
+    ids = [i for _, line_ids in kept for i in line_ids + [vocab.eos_id]]
+    lengths = [len(line_ids) + 1 for _, line_ids in kept]
     return SequenceData(
         torch.tensor(ids, dtype=torch.long),
         torch.tensor(lengths, dtype=torch.long),

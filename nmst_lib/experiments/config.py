@@ -221,7 +221,7 @@ class ExperimentConfig:
 
     Data: ``data_source`` (see :func:`nmst_lib.data.load_wikitext2`), ``substitute_seed``,
     ``context_len`` k, ``vocab_kind`` (``word``: whitespace words; ``bpe``: subword pieces learned on
-    the training split, :func:`nmst_lib.subwords.learn_subword_vocabulary`), ``vocab_cap`` (word:
+    the training split, :func:`nmst_lib.data.learn_subword_vocabulary`), ``vocab_cap`` (word:
     N most frequent training words + ``<unk>``, None = all; bpe: the number of pieces, specials
     included, required),
     ``max_train_tokens`` (training sequences kept in order until this many tokens; None = all),

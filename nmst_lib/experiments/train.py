@@ -171,10 +171,10 @@ def _truncate(data: D.SequenceData, max_tokens: int | None, name: str) -> D.Sequ
 def build_vocabulary_for(config: ExperimentConfig, train_lines: list[str]):
     """The vocabulary ``config`` asks for, from the training lines: the ``vocab_cap`` most
     frequent words (``vocab_kind`` word), or ``vocab_cap`` BPE pieces learned on them
-    (``vocab_kind`` bpe, :func:`nmst_lib.subwords.learn_subword_vocabulary`). Chapter 6,
+    (``vocab_kind`` bpe, :func:`nmst_lib.data.learn_subword_vocabulary`). Chapter 6,
     06_wikitext, "The data"."""
     if config.vocab_kind == "bpe":
-        from ..subwords import learn_subword_vocabulary
+        from ..data.subwords import learn_subword_vocabulary
 
         return learn_subword_vocabulary(train_lines, config.vocab_cap)
     return D.build_vocabulary(train_lines, cap=config.vocab_cap)

@@ -1,4 +1,5 @@
-"""A subword (BPE) vocabulary learned on the training split (Chapters 6, 8, 9).
+"""A subword (BPE) vocabulary learned on the training split (Chapters 6, 8, 9),
+beside the word-level :class:`~nmst_lib.data.Vocabulary`.
 
 WikiText-2 comes word-tokenised, and a word vocabulary small enough for a CPU
 maps every rare word to ``<unk>``: with the 5,000 most frequent words of the
@@ -32,7 +33,8 @@ import json
 
 import torch
 
-from ._validation import check_positive_int
+from .._validation import check_positive_int
+from .vocabulary import EOS, PAD, UNK
 
 __all__ = [
     "WORD_START",
@@ -40,7 +42,6 @@ __all__ = [
     "learn_subword_vocabulary",
 ]
 
-EOS, PAD, UNK = "<eos>", "<pad>", "<unk>"
 WORD_START = "\u2581"
 """Mark of a piece that starts a word (``"▁the"``, U+2581); shown as a
 space."""
