@@ -346,3 +346,18 @@ def test_going_offline_does_not_leak_out_of_a_test():
     import os
 
     assert os.environ.get("HF_DATASETS_OFFLINE") == _OFFLINE_AT_IMPORT
+
+
+def test_the_package_reexports_every_public_name_of_its_modules():
+    """nmst_lib.data is a package of modules by idea (sources, corpus, vocabulary, ...): every
+    public name of each module (its __all__) is the same object in the package, and the
+    package's __all__ names nothing else but repo_root (from nmst_lib.files)."""
+    import importlib
+    import pkgutil
+
+    names = {"repo_root"}
+    for info in pkgutil.iter_modules(D.__path__):
+        module = importlib.import_module(f"nmst_lib.data.{info.name}")
+        names |= set(module.__all__)
+        assert all(getattr(D, n) is getattr(module, n) for n in module.__all__), info.name
+    assert len(D.__all__) == len(set(D.__all__)) and set(D.__all__) == names

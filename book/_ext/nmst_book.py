@@ -22,12 +22,21 @@
    ``solution-end``, which crashes the HTML writer, and would leave the solution's content
    on the page. Here the solutions are first merged as usual, then removed (a transform that
    runs after sphinx-exercise's ``MergeGatedSolutions``).
+5. **Constants a package re-exports** (``nmst_lib.data`` re-exports ``SUBSTITUTE_NAME``,
+   ``CONTEXT_LEN``, ... from its modules). autodoc reads a constant's docstring (the string
+   literal below the assignment) from the source of the module it documents, i.e. the
+   package's ``__init__.py``, finds none, and leaves the constant off the page, which breaks
+   every ``:data:`` reference to it under ``-n``. The docstring is taken from the module of the
+   package that defines the constant (the same object), so the page shows it as before.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import re
 
+from sphinx.pycode import ModuleAnalyzer
 from sphinx.transforms import SphinxTransform
 
 # an inline literal ``...`` or an interpreted text / role `...` (left untouched)
@@ -59,6 +68,48 @@ def _process_docstring(app, what, name, obj, options, lines):
         lines[:0] = ["..", ""]  # an empty comment: napoleon finds no "type:" on the first line
 
 
+def reexported_attr_doc(fullname: str) -> list[str] | None:
+    """The docstring lines of the constant ``package.NAME`` that a package re-exports (named in
+    its ``__all__``), read from the module of the package that defines it; None otherwise."""
+    modname, _, attr = fullname.rpartition(".")
+    try:
+        package = importlib.import_module(modname)
+    except ImportError:
+        return None
+    if not hasattr(package, "__path__") or attr not in getattr(package, "__all__", ()):
+        return None
+    value = getattr(package, attr, None)
+    for info in pkgutil.iter_modules(package.__path__):
+        submodule = importlib.import_module(f"{modname}.{info.name}")
+        if getattr(submodule, attr, None) is not value:
+            continue
+        analyzer = ModuleAnalyzer.for_module(submodule.__name__)
+        analyzer.analyze()
+        doc = analyzer.attr_docs.get(("", attr))
+        if doc:
+            return list(doc)
+    return None
+
+
+def _merge_reexported_attr_docs(app):
+    """Item 5: before autodoc runs, the cached source analysis of each package of nmst_lib learns
+    the docstrings of the constants it re-exports (autodoc documents a module-level constant only
+    when that analysis has a docstring for it, and reads it from there)."""
+    import nmst_lib
+
+    for info in pkgutil.walk_packages(nmst_lib.__path__, "nmst_lib.", onerror=lambda name: None):
+        if not info.ispkg:
+            continue
+        package = importlib.import_module(info.name)
+        analyzer = ModuleAnalyzer.for_module(info.name)
+        analyzer.analyze()
+        for attr in getattr(package, "__all__", ()):
+            if ("", attr) not in analyzer.attr_docs:
+                doc = reexported_attr_doc(f"{info.name}.{attr}")
+                if doc:
+                    analyzer.attr_docs["", attr] = doc
+
+
 def _script_key(script):
     attributes = getattr(script, "attributes", {}) or {}
     return (getattr(script, "filename", script) or "", tuple(sorted((k, str(v)) for k, v in attributes.items())))
@@ -85,7 +136,11 @@ class _RemoveSolutions(SphinxTransform):
     def apply(self, **kwargs) -> None:
         if not self.config.nmst_course_edition:
             return
-        from sphinx_exercise.nodes import solution_end_node, solution_node, solution_start_node
+        from sphinx_exercise.nodes import (
+            solution_end_node,
+            solution_node,
+            solution_start_node,
+        )
 
         for cls in (solution_node, solution_start_node, solution_end_node):
             for node in list(self.document.findall(cls)):
@@ -95,6 +150,7 @@ class _RemoveSolutions(SphinxTransform):
 def setup(app):
     app.add_config_value("nmst_course_edition", False, "env")
     app.add_transform(_RemoveSolutions)
+    app.connect("builder-inited", _merge_reexported_attr_docs)
     app.connect("autodoc-process-docstring", _process_docstring, priority=400)  # before napoleon (500)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     app.setup_extension("nmst_pdf")  # the PDF, the edition and the download menu (issue 26; book/_ext/nmst_pdf.py)
