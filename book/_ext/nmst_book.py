@@ -22,12 +22,14 @@
    ``solution-end``, which crashes the HTML writer, and would leave the solution's content
    on the page. Here the solutions are first merged as usual, then removed (a transform that
    runs after sphinx-exercise's ``MergeGatedSolutions``).
-5. **Constants a package re-exports** (``nmst_lib.data`` re-exports ``SUBSTITUTE_NAME``,
-   ``CONTEXT_LEN``, ... from its modules). autodoc reads a constant's docstring (the string
-   literal below the assignment) from the source of the module it documents, i.e. the
-   package's ``__init__.py``, finds none, and leaves the constant off the page, which breaks
-   every ``:data:`` reference to it under ``-n``. The docstring is taken from the module of the
-   package that defines the constant (the same object), so the page shows it as before.
+5. **Constants a package re-exports** (``nmst_lib.data`` re-exports
+   ``SUBSTITUTE_NAME``, ``CONTEXT_LEN``, ... from its modules). autodoc reads
+   a constant's docstring (the string literal below the assignment) from the
+   source of the module it documents, i.e. the package's ``__init__.py``,
+   finds none, and leaves the constant off the page, which breaks every
+   ``:data:`` reference to it under ``-n``. The docstring is taken from the
+   module of the package that defines the constant (the same object), so the
+   page shows it as before.
 """
 
 from __future__ import annotations
@@ -69,14 +71,16 @@ def _process_docstring(app, what, name, obj, options, lines):
 
 
 def reexported_attr_doc(fullname: str) -> list[str] | None:
-    """The docstring lines of the constant ``package.NAME`` that a package re-exports (named in
-    its ``__all__``), read from the module of the package that defines it; None otherwise."""
+    """The docstring lines of the constant ``package.NAME`` that a package
+    re-exports (named in its ``__all__``), read from the module of the
+    package that defines it; None otherwise."""
     modname, _, attr = fullname.rpartition(".")
     try:
         package = importlib.import_module(modname)
     except ImportError:
         return None
-    if not hasattr(package, "__path__") or attr not in getattr(package, "__all__", ()):
+    exported = getattr(package, "__all__", ())
+    if not hasattr(package, "__path__") or attr not in exported:
         return None
     value = getattr(package, attr, None)
     for info in pkgutil.iter_modules(package.__path__):
@@ -92,12 +96,16 @@ def reexported_attr_doc(fullname: str) -> list[str] | None:
 
 
 def _merge_reexported_attr_docs(app):
-    """Item 5: before autodoc runs, the cached source analysis of each package of nmst_lib learns
-    the docstrings of the constants it re-exports (autodoc documents a module-level constant only
-    when that analysis has a docstring for it, and reads it from there)."""
+    """Item 5: before autodoc runs, the cached source analysis of each
+    package of nmst_lib learns the docstrings of the constants it re-exports
+    (autodoc documents a module-level constant only when that analysis has a
+    docstring for it, and reads it from there)."""
     import nmst_lib
 
-    for info in pkgutil.walk_packages(nmst_lib.__path__, "nmst_lib.", onerror=lambda name: None):
+    packages = pkgutil.walk_packages(
+        nmst_lib.__path__, "nmst_lib.", onerror=lambda name: None
+    )
+    for info in packages:
         if not info.ispkg:
             continue
         package = importlib.import_module(info.name)
