@@ -46,3 +46,17 @@ def test_identical_scripts_are_dropped_in_place():
     context = {"script_files": scripts}
     nmst_book._drop_duplicate_scripts(None, "page", "page.html", context, None)
     assert context["script_files"] is scripts and len(scripts) == 2
+
+
+def test_constants_a_package_reexports_keep_their_docstrings_on_the_api_page():
+    """Item 5: nmst_lib.data re-exports its modules' constants; their docstrings are read from
+    the module that defines them, and the package's source analysis learns them."""
+    from sphinx.pycode import ModuleAnalyzer
+
+    doc = nmst_book.reexported_attr_doc("nmst_lib.data.SUBSTITUTE_NAME")
+    assert doc and doc[0].startswith("Name of the substitute")
+    assert nmst_book.reexported_attr_doc("nmst_lib.data.no_such_name") is None
+    assert nmst_book.reexported_attr_doc("nmst_lib.heads.HEAD_NAMES") is None  # not a package
+    nmst_book._merge_reexported_attr_docs(None)
+    analyzer = ModuleAnalyzer.for_module("nmst_lib.data")
+    assert analyzer.attr_docs["", "CONTEXT_LEN"][0].startswith("k: the number of context tokens")
