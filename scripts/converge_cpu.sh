@@ -9,7 +9,7 @@
 #
 # The recipe differs from the profile's current one only by the --set overrides below (the
 # chapters switch to it when its results are in; README, "Regenerating results"):
-#   vocab_kind=bpe vocab_cap=$VOCAB   subword pieces learned on the training split (nmst_lib.subwords)
+#   vocab_kind=bpe vocab_cap=$VOCAB   subword pieces learned on the training split (nmst_lib.data.subwords)
 #   max_epochs=$CAP patience=$PATIENCE  Choi et al. App. D's lr halving and early stopping, with a cap
 # One thread per run: a 2-core machine runs two of these scripts (different SEEDS) side by side.
 set -euo pipefail
