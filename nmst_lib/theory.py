@@ -55,6 +55,15 @@ __all__ = [
     "monotone_violation",
     "best_monotone_eos_probs",
     "eos_log_likelihood",
+    # Chapter 9 (09_temperature): temperatures
+    "tempered_log_softmax",
+    "tempered_softmax",
+    "tempered_entropy",
+    "entropy_temperature_derivative",
+    "tempered_nucleus_size",
+    "can_become_argmax",
+    "softmax_temperature_mean",
+    "tempered_nmst_log_probs",
 ]
 
 
@@ -736,18 +745,6 @@ def eos_log_likelihood(dataset: RemarkOneDataset, eos_probs: torch.Tensor, path:
 # ---------------------------------------------------------------------------------------
 # Chapter 9: what a temperature does (global and per-token), and CT + NMST
 # ---------------------------------------------------------------------------------------
-
-__all__ += [
-    "tempered_log_softmax",
-    "tempered_softmax",
-    "tempered_entropy",
-    "entropy_temperature_derivative",
-    "tempered_nucleus_size",
-    "can_become_argmax",
-    "softmax_temperature_mean",
-    "tempered_nmst_log_probs",
-]
-
 
 def _check_scores(z, name: str = "z") -> torch.Tensor:
     if not isinstance(z, torch.Tensor) or not z.is_floating_point():
