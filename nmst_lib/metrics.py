@@ -2,7 +2,7 @@
 
 * r_nt(L) (Choi, Cho, Lee 2023, eq. 11) estimates
   q(|y| > L), the probability that a decoder run with step limit L returns a continuation
-  without eos. One decode to ``max_len`` gives the curve for every L <= max_len (DESIGN.md,
+  without eos. One decode to ``max_len`` gives the curve for every L <= max_len (ARCHITECTURE.md,
   "Canonical definitions"): for token-level decoders (greedy, sampling) through each row's
   first eos, for beam search (Welleck et al. 2020, Def. A.2) through each row's first
   *finished hypothesis* (``Generation.first_finish_steps``), NOT the length of the

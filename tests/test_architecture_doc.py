@@ -185,6 +185,31 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert not problems, "imports against the direction of ARCHITECTURE.md's layers:\n" + "\n".join(problems)
 
 
+# --------------------------------------------------------------------------- 4. one design document
+
+OLD_BRIEF = "DESIGN" + ".md"  # the starting brief, outside the repository
+TEXT_SUFFIXES = {".py", ".md", ".ipynb", ".yml", ".yaml", ".toml", ".sh", ".txt", ".cff", ".cfg", ".js", ".css"}
+SKIPPED_FOLDERS = {".git", ".venv", "_build", "node_modules", "__pycache__", "vendor"}
+
+
+def files_citing(needle: str, root: Path = REPO) -> list[str]:
+    """The repository's text files that contain ``needle`` (ARCHITECTURE.md itself not counted)."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if SKIPPED_FOLDERS & set(relative.parts) or path.suffix not in TEXT_SUFFIXES or not path.is_file():
+            continue
+        if relative == Path("ARCHITECTURE.md"):
+            continue
+        if needle in path.read_text(encoding="utf-8", errors="replace"):
+            found.append(str(relative))
+    return found
+
+
+def test_every_design_reference_points_at_the_architecture_document():
+    assert files_citing(OLD_BRIEF) == [], f"these files cite {OLD_BRIEF}, which is not in the repository; cite ARCHITECTURE.md"
+
+
 # --------------------------------------------------------------------------- the checks can fail
 
 
@@ -210,3 +235,5 @@ def test_the_checks_catch_a_missing_path_a_missing_name_and_an_upward_import(tmp
     assert imported_units(library / "low.py", library) == {"pkg"}
     assert imported_units(library / "pkg" / "high.py", library) == {"low", "pkg"}
     assert layer_violations({"low": 0, "pkg": 1}, library) == ["nmst_lib/low.py (layer 0) imports pkg (layer 1)"]
+    (library / "pkg" / "notes.md").write_text(f"see {OLD_BRIEF}\n")
+    assert files_citing(OLD_BRIEF, tmp_path) == ["nmst_lib/pkg/notes.md"]
