@@ -34,7 +34,10 @@ Steps ``t = 1, 2, ...`` count continuation tokens (ARCHITECTURE.md); the functio
 dim -2 of the logits ``[..., T, V]``, the :class:`OutputHead` modules also understand a context
 mask (context positions are not steps) and decode one step at a time with :meth:`~OutputHead.step`.
 Chapter 4 (04_self_terminating) derives ST, Chapter 5 (05_nmst) derives NMST, Chapter 8
-(08_sparse) the entmax layers and their losses (:meth:`OutputHead.token_losses`).
+(08_sparse) the entmax layers and their losses (:meth:`OutputHead.token_losses`). The models
+of the experiment chapters (6-9, :mod:`nmst_lib.models`) carry one of these layers, Chapter 9's
+contextual temperature (:mod:`nmst_lib.temperature`) wraps them, and the training loss of ST
+and NMST goes through :mod:`nmst_lib.fused`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,11 @@ A :class:`MarkovLM` is a table ``P[i, j] = p(y_t = j | y_{t-1} = i)``. It is sma
 every quantity the book cares about (the probability that a decoder never emits eos, the
 expected length, r_nt(L)) can be computed exactly by absorbing-Markov-chain algebra and set
 against Monte-Carlo estimates from :func:`nmst_lib.decoding.decode`
-(Chapter 2, ``02_consistency``).
+(Chapter 2, ``02_consistency``). Chapter 1 (``01_decoding``) decodes them as its first
+examples, Chapter 3 (``03_consistent_sampling``) computes what consistent sampling changes,
+and Assignment 1 checks students' code against them. :func:`decoder_transition_matrix` builds
+the chain a decoder induces from the decoders' own candidate sets, so exact and sampled
+answers come from the same code.
 """
 
 from __future__ import annotations

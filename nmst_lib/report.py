@@ -1,8 +1,8 @@
 """Reports of stored experiment results for the book's pages: tables, provenance summaries,
 escaped text, length and token statistics.
 
-The experiment chapters (Chapter 6, ``06_wikitext``, and the later GPT-2, sparse-output and
-temperature chapters) show numbers loaded from provenance-stamped result files
+The experiment chapters (Chapters 6-9: ``06_wikitext``, ``07_gpt2``, ``08_sparse``,
+``09_temperature``) show numbers loaded from provenance-stamped result files
 (:mod:`nmst_lib.experiments.results`). What they need besides the numbers themselves lives
 here, so that a chapter's visible code is about the experiment and not about HTML:
 

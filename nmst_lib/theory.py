@@ -18,6 +18,16 @@
 * :func:`remark1_dataset` is the two-sequence data set of Choi, Cho, Lee (2023) Remark 1
   ("I am a boy" / "I am a boy, and you are a girl."), whose optimal eos probabilities are not
   monotone in t, so that no ST model can fit it (Chapter 5, ``05_nmst``).
+* :func:`tempered_log_softmax` and the functions after it are what a temperature does
+  (Chapter 9, ``09_temperature``): a global or per-token temperature's effect on the entropy
+  (:func:`entropy_temperature_derivative`), on the nucleus (:func:`tempered_nucleus_size`) and
+  on which token can become the argmax (:func:`can_become_argmax`), the mean of the
+  softmax-normalised temperatures (:func:`softmax_temperature_mean`), and NMST's floor on
+  p(eos) under any non-eos temperatures (:func:`tempered_nmst_log_probs`).
+
+Chapters 2-5, 8 and 9 check their theorems numerically with these; the experiment chapters
+(6-9) read the step bounds (e.g. :func:`first_step_eos_above_half`) to mark findings that a
+theorem forces.
 
 Conventions (ARCHITECTURE.md): steps t count continuation tokens, t = 1 predicts the first token
 after the context; the ST/NMST lower bound on p(eos at t) is f_lb(t) = 1 - (1 - eps)^t.
