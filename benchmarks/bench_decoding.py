@@ -9,7 +9,7 @@ Run by hand from the project root::
 
 Model: a randomly initialised 2-layer LSTM language model (hidden 512, vocabulary 33,278:
 ``nn.Embedding`` + ``nn.LSTM`` + ``nn.Linear``, the paper's WikiText-2 size), wrapped in a
-small adapter that follows the decoding protocol of DESIGN.md. The adapter forces the eos
+small adapter that follows the decoding protocol of ARCHITECTURE.md. The adapter forces the eos
 logit so that the workload is known in advance: rows whose context starts with a token in
 the lower half of the vocabulary (90% of the 512 rows) emit eos at a row-specific step in
 [1, 99]; the other 10% never can (eos logit -inf). The forcing depends only on the state

@@ -1,6 +1,6 @@
 """Model-agnostic decoding algorithms: greedy, ancestral, top-k, nucleus, entmax sampling and beam search.
 
-Every decoder works on any model that follows the decoding protocol of DESIGN.md
+Every decoder works on any model that follows the decoding protocol of ARCHITECTURE.md
 (:class:`LanguageModel`): it asks the model for next-token log-probabilities, picks tokens,
 and uses ``model.select`` to drop finished rows and to reorder beams. Decoders never look
 inside the model's state.
@@ -69,7 +69,7 @@ _NEG_INF = -math.inf
 
 @runtime_checkable
 class LanguageModel(Protocol):
-    """The decoding protocol of DESIGN.md: what a model must offer to be decoded.
+    """The decoding protocol of ARCHITECTURE.md: what a model must offer to be decoded.
 
     ``initial_state(contexts)`` reads the contexts (``LongTensor[B, k]``) and returns the
     state and the log-probabilities ``[B, V]`` of the first continuation token (step t = 1);
@@ -100,7 +100,7 @@ class Generation:
     of the model's log-probabilities of the returned tokens (Welleck et al. 2020, Def. A.1),
     in the dtype of the model's log-probabilities (at least float32). Chapter 1 (01_decoding).
 
-    ``first_finish_steps[i]`` (LongTensor ``[B]``) is the first step t (1-based, DESIGN.md's
+    ``first_finish_steps[i]`` (LongTensor ``[B]``) is the first step t (1-based, ARCHITECTURE.md's
     steps) at which the decoder had a finished sequence for context ``i``, or ``max_len + 1``
     when it had none within ``max_len`` (the sentinel "never": the convention of
     :func:`nmst_lib.metrics.first_eos_steps`, so ``first_finish_steps[i] <= L`` reads

@@ -1,5 +1,9 @@
 r"""The alpha-entmax family, its Tsallis entropies and its Fenchel-Young losses (Chapter 8 (08_sparse)).
 
+The sparse output layers (:mod:`nmst_lib.heads`), entmax sampling (:mod:`nmst_lib.decoding`)
+and the eos-outside-support construction (:mod:`nmst_lib.theory`) are built on it; Chapter 8
+and Assignment 4 use it directly.
+
 For scores :math:`z \in \mathbb{R}^V` and :math:`\alpha \ge 1`, Martins et al. (2020, Eq. 3)
 define
 

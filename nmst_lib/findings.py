@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["VERDICTS", "Band", "Claim", "Finding", "Findings", "convergence", "convergence_rows", "decide",
-           "last_epoch_floor", "noise_band", "recipe_rows", "recipe_summary", "convergence_summary"]
+           "last_epoch_floor", "noise_band", "RECIPE_FIELDS", "recipe_rows", "recipe_summary",
+           "convergence_summary"]
 
 #: The five verdicts, in the order a page lists their counts.
 VERDICTS = ("reproduces", "does not reproduce", "within noise", "forced", "not run")

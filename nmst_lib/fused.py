@@ -30,6 +30,11 @@ autograd. Forward: one log-softmax over ``[B, T, V]``; backward: ``exp`` and a m
 place. That is the vanilla layer's work (log-softmax forward, log-softmax backward), on the
 same code path for CPU and CUDA (the exact rows are found with one ``nonzero``, a host
 synchronisation per call on CUDA). ``benchmarks/bench_heads.py`` measures it.
+
+Used by :mod:`nmst_lib.heads` for the training loss of every ST and NMST model the experiment
+chapters train (Chapters 6-9); the log-probabilities a model reports for decoding and
+evaluation come from the heads' two-pass computation, which keeps float32's relative precision
+of a log-probability near 0 (Chapter 4's check).
 """
 
 from __future__ import annotations

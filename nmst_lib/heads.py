@@ -30,11 +30,14 @@ return finite eos log-probabilities and finite gradients even at ``|logit| = 1e4
 and float64 inputs give float64-accurate outputs. float16 / bfloat16 logits (mixed precision)
 are computed, and returned, in float32.
 
-Steps ``t = 1, 2, ...`` count continuation tokens (DESIGN.md); the functions take them along
+Steps ``t = 1, 2, ...`` count continuation tokens (ARCHITECTURE.md); the functions take them along
 dim -2 of the logits ``[..., T, V]``, the :class:`OutputHead` modules also understand a context
 mask (context positions are not steps) and decode one step at a time with :meth:`~OutputHead.step`.
 Chapter 4 (04_self_terminating) derives ST, Chapter 5 (05_nmst) derives NMST, Chapter 8
-(08_sparse) the entmax layers and their losses (:meth:`OutputHead.token_losses`).
+(08_sparse) the entmax layers and their losses (:meth:`OutputHead.token_losses`). The models
+of the experiment chapters (6-9, :mod:`nmst_lib.models`) carry one of these layers, Chapter 9's
+contextual temperature (:mod:`nmst_lib.temperature`) wraps them, and the training loss of ST
+and NMST goes through :mod:`nmst_lib.fused`.
 """
 
 from __future__ import annotations
@@ -590,7 +593,7 @@ class OutputHead(nn.Module):
     4, 5 and 8). Attributes: ``name`` ("VA", "ST", "NMST", "ENTMAX", "NMST-ENTMAX"), ``eps``
     (None for vanilla and entmax), ``alpha`` (None for the softmax heads) and ``eos_id``
     (``-1`` means the last id of the vocabulary, resolved against ``V`` at call time, as in
-    DESIGN.md where eos is the last id for WikiText and GPT-2). The sparse heads give tokens
+    ARCHITECTURE.md where eos is the last id for WikiText and GPT-2). The sparse heads give tokens
     outside their support log-probability ``-inf``; every decoder copes with that
     (:mod:`nmst_lib.decoding`).
 

@@ -4,7 +4,11 @@ A :class:`MarkovLM` is a table ``P[i, j] = p(y_t = j | y_{t-1} = i)``. It is sma
 every quantity the book cares about (the probability that a decoder never emits eos, the
 expected length, r_nt(L)) can be computed exactly by absorbing-Markov-chain algebra and set
 against Monte-Carlo estimates from :func:`nmst_lib.decoding.decode`
-(Chapter 2, ``02_consistency``).
+(Chapter 2, ``02_consistency``). Chapter 1 (``01_decoding``) decodes them as its first
+examples, Chapter 3 (``03_consistent_sampling``) computes what consistent sampling changes,
+and Assignment 1 checks students' code against them. :func:`decoder_transition_matrix` builds
+the chain a decoder induces from the decoders' own candidate sets, so exact and sampled
+answers come from the same code.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class MarkovLM:
     token after token ``i``. The first continuation token is drawn from the row of the last
     context token. The eos row is never used by a decoder (sequences stop at eos).
 
-    Implements the decoding protocol of DESIGN.md (``eos_id``, ``vocab_size``,
+    Implements the decoding protocol of ARCHITECTURE.md (``eos_id``, ``vocab_size``,
     ``initial_state``, ``step``, ``select``); its state is the last token, ``LongTensor[B]``.
     Used in Chapters 1-3 and in the decoder tests.
     """
@@ -55,7 +59,7 @@ class MarkovLM:
             raise ValueError("each row of transition_log_probs must be a log-distribution (logsumexp == 0)")
         self.vocab_size = int(vocab_size)
         if isinstance(eos_id, int) and not isinstance(eos_id, bool) and eos_id == -1:
-            eos_id = vocab_size - 1  # DESIGN.md: eos is the last id unless said otherwise
+            eos_id = vocab_size - 1  # ARCHITECTURE.md: eos is the last id unless said otherwise
         self.eos_id = check_index(eos_id, vocab_size, "eos_id")
         self.transition_log_probs = transition_log_probs
 
@@ -129,7 +133,7 @@ def decoder_transition_matrix(
 
     Rows follow the proposal distributions of Welleck et al. (2020): ancestral (Def. 2.5:
     q = p), greedy (Def. 2.8: a point mass on the argmax), top-k (Def. 2.6), nucleus
-    (Def. 2.7, DESIGN.md: the smallest most-probable set with mass >= p), and with
+    (Def. 2.7, ARCHITECTURE.md: the smallest most-probable set with mass >= p), and with
     ``consistent=True`` consistent top-k / nucleus (Defs. 4.1-4.2: eos added to the set).
     The candidate set V_t comes from :mod:`nmst_lib.decoding` (``top_k_mask``,
     ``nucleus_mask``, ``restrict_log_probs``), so the exact computation and the sampler share

@@ -2,7 +2,7 @@
 
 * r_nt(L) (Choi, Cho, Lee 2023, eq. 11) estimates
   q(|y| > L), the probability that a decoder run with step limit L returns a continuation
-  without eos. One decode to ``max_len`` gives the curve for every L <= max_len (DESIGN.md,
+  without eos. One decode to ``max_len`` gives the curve for every L <= max_len (ARCHITECTURE.md,
   "Canonical definitions"): for token-level decoders (greedy, sampling) through each row's
   first eos, for beam search (Welleck et al. 2020, Def. A.2) through each row's first
   *finished hypothesis* (``Generation.first_finish_steps``), NOT the length of the
@@ -13,7 +13,9 @@
 
 All functions take a :class:`nmst_lib.decoding.Generation` (or anything with its ``tokens``,
 ``max_len`` and ``eos_id`` fields, and optionally ``method`` and ``first_finish_steps``) and
-never look at the model. Chapters 2 and 6 (``02_consistency``, ``06_wikitext``).
+never look at the model. Chapter 2 (``02_consistency``) defines r_nt(L); Chapters 2-5 measure
+it on their small models, and the experiments of Chapters 6-9 on trained ones (through
+:mod:`nmst_lib.experiments`).
 
 Metrics for sparse language models (Martins et al. 2020, Sec. 4 and 5; Chapter 8,
 ``08_sparse``), which take probabilities or token ids instead of a Generation (except

@@ -1,16 +1,18 @@
-"""Recurrent language models (tanh RNN, LSTM) with a pluggable output layer, and the decoding
-protocol of DESIGN.md.
+"""Recurrent language models (tanh RNN, LSTM) and GPT-2, with a pluggable output layer, and the
+decoding protocol of ARCHITECTURE.md.
 
 The models of the NMST paper's WikiText-2 experiments (Choi, Cho, Lee (2023), Sec. 4.1 and
 App. D): 2-layer tanh RNN or LSTM, tied input/output embeddings, dropout, and an output
 layer from :mod:`nmst_lib.heads` (vanilla softmax, ST of Welleck et al. (2020) Def. 4.3, or NMST
 of Choi, Cho, Lee (2023) Def. 6). Chapter 6 (06_wikitext) trains and decodes them; the heads
-are derived in Chapters 4 (04_self_terminating) and 5 (05_nmst).
+are derived in Chapters 4 (04_self_terminating) and 5 (05_nmst). Chapter 8 (08_sparse) gives
+the LSTM the entmax layers and Chapter 9 (09_temperature) the contextual-temperature ones
+(:mod:`nmst_lib.temperature`), with no change here.
 
 :class:`GPT2LM` wraps ``transformers.GPT2LMHeadModel`` with the same heads (Choi, Cho, Lee
-(2023) Sec. 4.2) and a key/value-cache decoding state.
+(2023) Sec. 4.2) and a key/value-cache decoding state (Chapter 7, 07_gpt2).
 
-Decoding protocol (DESIGN.md): ``eos_id``, ``vocab_size``, ``initial_state(contexts)``,
+Decoding protocol (ARCHITECTURE.md): ``eos_id``, ``vocab_size``, ``initial_state(contexts)``,
 ``step(state, tokens)``, ``select(state, index)``. The state is a :class:`RecurrentState`
 (the RNN's hidden state AND the head's running state, e.g. ST's running product or NMST's
 step count); ``select`` reorders both (the reference code forgot the LSTM cell state and the
@@ -220,7 +222,7 @@ class RecurrentLM(nn.Module):
 
     @torch.no_grad()
     def initial_state(self, contexts: torch.Tensor):
-        """Decoding protocol (DESIGN.md): read the contexts ``[B, k]`` and return the state and
+        """Decoding protocol (ARCHITECTURE.md): read the contexts ``[B, k]`` and return the state and
         the log-probabilities of the first continuation token (step t = 1). Needs eval mode;
         runs without gradients."""
         self._check_eval()

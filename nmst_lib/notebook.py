@@ -6,7 +6,7 @@ Every chapter notebook starts with a Colab-only install cell and then::
     device = setup_notebook(seed=0)
 
 so that a chapter gives the same numbers on every run (on the same device) and uses a GPU
-when Colab attaches one (DESIGN.md, "Habits worth copying": seeds and device selection in
+when Colab attaches one (ARCHITECTURE.md, "Habits worth copying": seeds and device selection in
 the first cell). The figure style is the colour-blind-safe palette of :mod:`nmst_lib.plots`.
 Used by every chapter, from Chapter 1 (``01_decoding``) on.
 """

@@ -1,8 +1,8 @@
 """Reports of stored experiment results for the book's pages: tables, provenance summaries,
 escaped text, length and token statistics.
 
-The experiment chapters (Chapter 6, ``06_wikitext``, and the later GPT-2, sparse-output and
-temperature chapters) show numbers loaded from provenance-stamped result files
+The experiment chapters (Chapters 6-9: ``06_wikitext``, ``07_gpt2``, ``08_sparse``,
+``09_temperature``) show numbers loaded from provenance-stamped result files
 (:mod:`nmst_lib.experiments.results`). What they need besides the numbers themselves lives
 here, so that a chapter's visible code is about the experiment and not about HTML:
 
@@ -27,7 +27,7 @@ here, so that a chapter's visible code is about the experiment and not about HTM
 * **Provenance** (:func:`provenance_summary`, :func:`provenance_html`; where the results were
   read from is ``nmst_lib.experiments.describe_results``): what every run has
   in common stated once, what differs in a compact table grouped by config fields, and the
-  full per-run table in a collapsed ``<details>`` element (DESIGN.md, "Pages": long
+  full per-run table in a collapsed ``<details>`` element (ARCHITECTURE.md, "Pages": long
   provenance goes in a dropdown under a short summary).
 
 Nothing here needs pandas or IPython: tables are built as HTML strings, and :class:`Html`
@@ -100,7 +100,7 @@ def escape(text) -> str:
 
     Model-generated text is full of angle-bracket tokens (``<unk>``, ``<eos>``,
     ``<|endoftext|>``); unescaped, a browser parses them as unknown tags and shows nothing
-    (DESIGN.md, "Pages"). ``None`` becomes the empty string.
+    (ARCHITECTURE.md, "Pages"). ``None`` becomes the empty string.
     """
     return "" if text is None else html.escape(str(text), quote=True)
 
@@ -719,7 +719,7 @@ def provenance_summary(results: Sequence[Mapping], group_by: Sequence[str] = ("a
 
     Commands are compared through :func:`command_template`, so runs made by the same command
     with different arguments share one templated command line. Dates and training times that
-    differ show as ranges. DESIGN.md, "Pages": long provenance goes in a dropdown under a
+    differ show as ranges. ARCHITECTURE.md, "Pages": long provenance goes in a dropdown under a
     short summary (:func:`provenance_html`). Chapter 6 (``06_wikitext``).
     """
     results = list(results)
@@ -766,7 +766,7 @@ _COMMON_LABELS = {
 def details_html(summary: str, content: str, *, open: bool = False) -> Html:
     """``content`` (HTML, e.g. a :func:`html_table`) inside a ``<details>`` element that shows
     only ``summary`` (plain text, escaped) until the reader opens it: secondary material that
-    a page keeps out of the way (DESIGN.md, "Pages")."""
+    a page keeps out of the way (ARCHITECTURE.md, "Pages")."""
     return Html(f"<details{' open' if open else ''}><summary>{escape(summary)}</summary>{content}</details>")
 
 

@@ -18,8 +18,18 @@
 * :func:`remark1_dataset` is the two-sequence data set of Choi, Cho, Lee (2023) Remark 1
   ("I am a boy" / "I am a boy, and you are a girl."), whose optimal eos probabilities are not
   monotone in t, so that no ST model can fit it (Chapter 5, ``05_nmst``).
+* :func:`tempered_log_softmax` and the functions after it are what a temperature does
+  (Chapter 9, ``09_temperature``): a global or per-token temperature's effect on the entropy
+  (:func:`entropy_temperature_derivative`), on the nucleus (:func:`tempered_nucleus_size`) and
+  on which token can become the argmax (:func:`can_become_argmax`), the mean of the
+  softmax-normalised temperatures (:func:`softmax_temperature_mean`), and NMST's floor on
+  p(eos) under any non-eos temperatures (:func:`tempered_nmst_log_probs`).
 
-Conventions (DESIGN.md): steps t count continuation tokens, t = 1 predicts the first token
+Chapters 2-5, 8 and 9 check their theorems numerically with these; the experiment chapters
+(6-9) read the step bounds (e.g. :func:`first_step_eos_above_half`) to mark findings that a
+theorem forces.
+
+Conventions (ARCHITECTURE.md): steps t count continuation tokens, t = 1 predicts the first token
 after the context; the ST/NMST lower bound on p(eos at t) is f_lb(t) = 1 - (1 - eps)^t.
 """
 
@@ -55,6 +65,15 @@ __all__ = [
     "monotone_violation",
     "best_monotone_eos_probs",
     "eos_log_likelihood",
+    # Chapter 9 (09_temperature): temperatures
+    "tempered_log_softmax",
+    "tempered_softmax",
+    "tempered_entropy",
+    "entropy_temperature_derivative",
+    "tempered_nucleus_size",
+    "can_become_argmax",
+    "softmax_temperature_mean",
+    "tempered_nmst_log_probs",
 ]
 
 
@@ -102,7 +121,7 @@ class InconsistentRNN:
     last at every step, so p(eos) < 1/|V|, while ``|h_t| <= 1`` keeps p(eos) bounded away
     from zero (Lemma 3.2: the model is consistent and ancestral sampling stops).
 
-    Implements the decoding protocol of DESIGN.md; the state is ``h_t`` as a ``[B, d + V]``
+    Implements the decoding protocol of ARCHITECTURE.md; the state is ``h_t`` as a ``[B, d + V]``
     tensor.
 
     Attributes:
@@ -203,7 +222,7 @@ def inconsistent_rnn(
     Args:
         vocab_size: |V| >= 2, eos included.
         hidden_size: d, the size of the ``W_h`` block (default 8); the state has d + |V| entries.
-        eos_id: the eos id (-1: the last id, the DESIGN.md convention).
+        eos_id: the eos id (-1: the last id, the ARCHITECTURE.md convention).
         eos_margin: how far below -1 the first-block eos contribution is pushed; must be >= 1
             (the proof's "eos logit is negative" needs it, because ``h2_t[eos]`` < 1).
             Larger values make eos rarer (ancestral sampling stops later).
@@ -336,7 +355,7 @@ def beam_termination_bound(eps, beam_size: int) -> int:
     :func:`first_step_eos_above_half` and k the beam width; Welleck et al. (2020), Theorem 4.3
     states the same argument as |Y| <= beta_eps + k with the real beta_eps = :func:`half_life_bound`
     (which they call B). Here
-    |y| counts the continuation tokens including eos (DESIGN.md steps). Argument: from step
+    |y| counts the continuation tokens including eos (ARCHITECTURE.md steps). Argument: from step
     t_{1/2} on, the eos child of every live prefix outscores all its siblings and all their
     descendants, so each step moves at least one sequence into the finished set, which is
     full after k such steps.
@@ -433,7 +452,7 @@ class EosOutsideSupportModel:
     ``head`` is the output layer turning the scores into the model's log-probabilities
     (:class:`~nmst_lib.heads.EntmaxHead` by default; :class:`~nmst_lib.heads.VanillaHead`
     for the softmax model, :class:`~nmst_lib.heads.NMSTEntmaxHead`, which restores
-    termination). Implements the decoding protocol of DESIGN.md; the state is the pair (last
+    termination). Implements the decoding protocol of ARCHITECTURE.md; the state is the pair (last
     token ``[B]``, the head's step state ``[B]``).
     """
 
@@ -737,18 +756,6 @@ def eos_log_likelihood(dataset: RemarkOneDataset, eos_probs: torch.Tensor, path:
 # Chapter 9: what a temperature does (global and per-token), and CT + NMST
 # ---------------------------------------------------------------------------------------
 
-__all__ += [
-    "tempered_log_softmax",
-    "tempered_softmax",
-    "tempered_entropy",
-    "entropy_temperature_derivative",
-    "tempered_nucleus_size",
-    "can_become_argmax",
-    "softmax_temperature_mean",
-    "tempered_nmst_log_probs",
-]
-
-
 def _check_scores(z, name: str = "z") -> torch.Tensor:
     if not isinstance(z, torch.Tensor) or not z.is_floating_point():
         raise TypeError(f"{name} must be a floating-point torch.Tensor of logits [..., V]")
@@ -853,7 +860,7 @@ def entropy_temperature_derivative(z, tau) -> torch.Tensor:
 
 def tempered_nucleus_size(z, tau, mu) -> torch.Tensor:
     r"""The number of tokens in the nucleus of ``softmax(z / T)``: the smallest set of most probable
-    tokens whose total probability is ``>= mu`` (the book's nucleus, DESIGN.md).
+    tokens whose total probability is ``>= mu`` (the book's nucleus, ARCHITECTURE.md).
 
     For a global ``T`` the nucleus is a prefix of the ranking of ``z`` whatever ``T``, and its size
     is non-decreasing in ``T`` (Chapter 9, ``09_temperature``, Proposition "A global temperature

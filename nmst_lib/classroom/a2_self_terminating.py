@@ -343,7 +343,7 @@ def hidden_nmst_extreme_inputs(MyNMSTHead) -> None:
 
 
 def hidden_nmst_head_decodes_like_library(MyNMSTHead) -> None:
-    """The decoding protocol (DESIGN.md; Chapter 1): the head plugged into ``nmst_lib.models.LSTMLM``
+    """The decoding protocol (ARCHITECTURE.md; Chapter 1): the head plugged into ``nmst_lib.models.LSTMLM``
     decodes, greedily and with beam search (which reorders the head's state with ``select``), exactly
     what the library's ``NMSTHead`` decodes."""
     from nmst_lib.decoding import decode

@@ -1,4 +1,4 @@
-"""Build the classroom editions of every assignment with otter-grader, and grade submissions.
+"""Build the classroom editions of every assignment with otter-grader.
 
 One master notebook per assignment (``assignments/<id>/<id>.ipynb``, otter-assign format) becomes,
 under ``_build/assignments/<id>/``:

@@ -34,7 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["Limits", "RunResult", "SandboxUnavailable", "sandbox_problem", "run_limited", "MODES"]
+__all__ = ["Limits", "RunResult", "SandboxUnavailable", "sandbox_problem", "run_limited", "MODES",
+           "PASSED_ENV", "python_paths"]
 
 #: The grading modes: isolated in bubblewrap, or the grading user's own rights (limits only).
 MODES = ("sandbox", "trusted")
