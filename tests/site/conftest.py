@@ -43,8 +43,9 @@ CHROME_FLAGS = [
     "--disable-dev-shm-usage",
     "--window-size=1280,1400",
     "--hide-scrollbars",
-    # no network at all: a page that needs a CDN shows it as a failed request
-    "--host-resolver-rules=MAP * ~NOTFOUND",
+    # no network at all: a page that needs a CDN shows it as a failed request (the loopback
+    # address stays, for the search test's local http server: search snippets need http)
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
 
 

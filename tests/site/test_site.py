@@ -342,3 +342,74 @@ def test_no_internal_link_is_broken(site):
             elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in _parse(target, cache).ids:
                 broken.append(f"{page.relative_to(site)} -> {link} (no #{parts.fragment})")
     assert not broken, "broken internal links:\n" + "\n".join(sorted(set(broken))[:50])
+
+
+# --- search ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served_site(site):
+    """The built site over http on 127.0.0.1: the search page fetches each result's page to cut
+    its snippet, which a browser refuses from file:// (the snippets appear only when served)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def search_snippets(browser, base: str, query: str, want: int = 3) -> list[str]:
+    """The snippet text of every result the site's search page shows for ``query``."""
+    browser.get(f"{base}/search.html?q={query}")
+    return browser.execute_async_script(
+        """
+        const [want, done] = [arguments[0], arguments[arguments.length - 1]];
+        const start = Date.now();
+        (function poll() {
+          const found = Array.from(document.querySelectorAll('#search-results li p.context'));
+          const finished = document.querySelector('#search-results .search-summary');
+          if ((finished && found.length >= want) || Date.now() - start > 90000) {
+            done(found.map(p => p.textContent));
+          } else { setTimeout(poll, 200); }
+        })();
+        """,
+        want,
+    )
+
+
+@pytest.mark.parametrize("query", ["perplexity", "termination", "entmax"])
+def test_search_snippets_show_article_text_with_readable_formulas(site, browser, served_site, query):
+    snippets = search_snippets(browser, served_site, query)
+    assert len(snippets) >= 3, f"search for {query!r} showed {len(snippets)} snippets; expected >= 3"
+    for text in snippets:
+        assert not re.search(r"\\\(|\\\[|\$\$", text), f"TeX delimiters in a snippet: {text[:160]!r}"
+        raw = sorted(set(re.findall(RAW_TEX, text)))
+        assert not raw, f"raw TeX {raw} in a snippet: {text[:160]!r}"
+        for chrome in ("On this page", "Contents", "By the", "Print to PDF"):  # sidebars, footer, header
+            assert chrome not in text, f"page chrome {chrome!r} in a snippet: {text[:160]!r}"
+
+
+def test_formulas_in_snippets_are_read_as_plain_text(site, browser, served_site):
+    browser.get(f"{served_site}/search.html")
+    cases = {
+        r"\(r_{\mathrm{nt}}(L)\)": "r_nt(L)",
+        r"\(1 - (1-\epsilon)^t \le p\)": "1 - (1-ε)^t ≤ p",
+        r"\(\frac{1}{\alpha - 1}\)": "1/(α - 1)",
+        r"\(\lvert\mathcal{V}\rvert\)": "|V|",
+        r"\[p(y_t = \langle\text{eos}\rangle \mid y_{<t})\]": "p(y_t = ⟨eos⟩ | y_<t)",
+        r"\(\{1, 2\}\)": "{1, 2}",
+        r"\(p_{\boldsymbol\theta}(y),\ v \in \mathcal V\)": "p_θ(y), v ∈ V",
+    }
+    got = browser.execute_script("return arguments[0].map(window.nmstTexToText);", list(cases))
+    assert got == list(cases.values())
