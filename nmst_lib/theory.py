@@ -111,10 +111,11 @@ class InconsistentRNN:
     than the signs: ``u_eos . h_t = ubar_eos . h1_t + h2_t[eos]`` and ``h2_t[eos]`` lies in
     (0, 1). The construction therefore also guarantees
 
-    * ``h1_t >= m`` entrywise for every t, where ``m = min(h_init[:d])``: every row of ``W_h``
-      sums to at least ``rho`` with ``tanh(rho * m) >= m``, so ``h1_{t-1} >= m`` implies
-      ``h1_t >= tanh(rho * m) >= m`` (induction); and
-    * ``ubar_eos . h1_t <= -sum|ubar_eos| * m <= -eos_margin`` with ``eos_margin >= 1``,
+    * ``h1_t >= a_low`` entrywise for every t, where ``a_low = min(h_init[:d])`` (the
+      chapter's underlined a): every row of ``W_h`` sums to at least ``chi`` with
+      ``tanh(chi * a_low) >= a_low``, so ``h1_{t-1} >= a_low`` implies
+      ``h1_t >= tanh(chi * a_low) >= a_low`` (induction); and
+    * ``ubar_eos . h1_t <= -sum|ubar_eos| * a_low <= -eos_margin`` with ``eos_margin >= 1``,
 
     hence ``u_eos . h_t < 1 - eos_margin <= 0 < u_v . h_t`` for every non-eos v, every
     context and every prefix (even one containing eos). Consequently eos is ranked strictly
@@ -128,7 +129,7 @@ class InconsistentRNN:
         W_h: ``[d, d]`` positive recurrence block.
         h_init: ``[d + V]`` positive initial state, before the context is read.
         output_embeddings: ``[V, d + V]``; row v is ``u_v``.
-        min_h1: the invariant lower bound m on every entry of ``h1_t``.
+        min_h1: the invariant lower bound a_low on every entry of ``h1_t``.
     """
 
     def __init__(self, W_h, h_init, output_embeddings, eos_id):
@@ -213,7 +214,7 @@ def inconsistent_rnn(
     p(eos) is bounded away from zero (Lemma 3.2).
 
     Parameters are drawn (from ``seed``, reproducibly) inside the ranges the proof needs:
-    ``W_h`` entries uniform in [rho/d, 2 rho/d] with rho = 2 (rows sum to >= 2),
+    ``W_h`` entries uniform in [chi/d, 2 chi/d] with chi = 2 (rows sum to >= 2),
     ``h_init = 1/2`` (so ``h1_t >= 1/2`` for all t, since tanh(2 * 1/2) > 1/2),
     ``ubar_v`` uniform in [0.5/d, 1.5/d] for non-eos v, and ``ubar_eos`` uniform in
     [-1.5 c/d, -c/d] with c = 2 * ``eos_margin`` so that ``ubar_eos . h1_t <= -eos_margin``.
@@ -245,12 +246,13 @@ def inconsistent_rnn(
     def uniform(shape, low, high):
         return low + (high - low) * torch.rand(shape, generator=gen, dtype=torch.float64)
 
-    rho, m = 2.0, 0.5
-    assert math.tanh(rho * m) >= m  # the invariant h1_t >= m of the docstring
-    W_h = uniform((d, d), rho / d, 2 * rho / d)
-    h_init = torch.full((d + vocab_size,), m, dtype=torch.float64)
+    chi, a_low = 2.0, 0.5
+    # the invariant h1_t >= a_low of the docstring
+    assert math.tanh(chi * a_low) >= a_low
+    W_h = uniform((d, d), chi / d, 2 * chi / d)
+    h_init = torch.full((d + vocab_size,), a_low, dtype=torch.float64)
     ubar = uniform((vocab_size, d), 0.5 / d, 1.5 / d)
-    c = float(eos_margin) / m
+    c = float(eos_margin) / a_low
     ubar[eos_id] = -uniform((d,), c / d, 1.5 * c / d)
     output_embeddings = torch.cat([ubar, torch.eye(vocab_size, dtype=torch.float64)], dim=1)
     to = dict(dtype=dtype, device=device)

@@ -9,7 +9,7 @@ autograder's hidden tests). The problems:
 * q1 ``nucleus_candidates(log_probs, mu)``: the nucleus of Definition 1.4 (Chapter 1);
 * q2 ``consistent_top_k_log_probs(log_probs, k, eos_id)``: consistent top-k, Definition 3.1 and
   Lemma 3.1 (Chapter 3);
-* q4 ``exact_rnt(kernel, eos_id, start_token, Ls)``: r_nt(L) = kappa Q^(L-1) 1 of Theorem 2.2,
+* q4 ``exact_rnt(kernel, eos_id, start_token, Ls)``: r_nt(L) = phi Q^(L-1) 1 of Theorem 2.2,
   item 1 (Chapter 2);
 * q5 ``rnt_from_tokens(tokens, eos_id, Ls)`` and the experiment on the inconsistent RNN of
   Theorem 2.1 (Chapter 2) with the consistent decoders of Corollary 3.1 (Chapter 3).
@@ -399,7 +399,7 @@ def hidden_consistent_top_k_extreme_logits_float32(consistent_top_k_log_probs) -
 # ----------------------------------------------------------------------------- q4: exact r_nt(L)
 
 _Q4 = "exact_rnt"
-_THM22 = "Theorem 2.2, item 1 (Chapter 2): r_nt(L) = kappa Q^(L-1) 1"
+_THM22 = "Theorem 2.2, item 1 (Chapter 2): r_nt(L) = phi Q^(L-1) 1"
 
 
 def _student_rnt(fn, kernel: torch.Tensor, eos_id: int, start: int, Ls) -> torch.Tensor:
