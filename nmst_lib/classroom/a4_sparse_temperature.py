@@ -797,9 +797,9 @@ def _student_reachable(fn, z, lo, hi) -> torch.Tensor:
 
 
 def _reachable_by_search(z: torch.Tensor, lo: float, hi: float):
-    """The tokens of ``z [V]`` (2 <= V, small) that some corner of [lo, hi]^V makes
-    the strict argmax of z / T, with a witness T for each: each ratio
-    z_v / T_v is monotone in T_v, so a corner is the best case."""
+    """The tokens of ``z [V]`` (2 <= V, small) that some corner of
+    [lo, hi]^V makes the strict argmax of z / T, with a witness T for each:
+    each ratio z_v / T_v is monotone in T_v, so a corner is the best case."""
     V = z.shape[-1]
     bits = torch.arange(2 ** V).unsqueeze(1) >> torch.arange(V) & 1
     corners = torch.where(bits.bool(), lo, hi).to(z.dtype)
@@ -1175,7 +1175,8 @@ def check_mismatch_supports(table5) -> None:
     S, V = MISMATCH, MISMATCH["vocab_size"]
     soft = _row(table5, ("nll", "softmax"))
     C.expect(soft["support"] == V and soft["outside"] == 0.0,
-             f"the NLL model's softmax has mean support {C.fmt(soft['support'])}"
+             "the NLL model's softmax has mean support "
+             f"{C.fmt(soft['support'])}"
              f" and leaves {C.fmt(soft['outside'])} of the reference words "
              f"outside it, but a softmax gives every token p_v >= "
              f"e^(z_v - max z)/|V| > 0 (Chapter 8): support |V| = {V}, none "
@@ -1233,7 +1234,7 @@ def check_mismatch_table5(table5) -> None:
 
 def _recomputed_rows():
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: one thread, immune to a busy machine
+    torch.set_num_threads(1)  # tiny tensors: one thread, immune to load
     try:
         setting = mismatch_setting()
         return {key: mismatch_scores(mismatch_distribution(setting, *key),
