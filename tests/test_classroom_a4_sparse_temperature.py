@@ -62,6 +62,28 @@ def results():
     return _sweep()
 
 
+def solution_argmax_reachable(z, lo, hi):
+    """The master notebook's solution (Proposition 9.4, part 1)."""
+    largest = torch.where(z >= 0, z / lo, z / hi)
+    smallest = torch.where(z >= 0, z / hi, z / lo)
+    if z.shape[-1] == 1:
+        return torch.ones_like(z, dtype=torch.bool)
+    top2 = smallest.topk(2, dim=-1)
+    is_first = torch.zeros_like(z, dtype=torch.bool).scatter(
+        -1, top2.indices[..., :1], True)
+    others = torch.where(is_first, top2.values[..., 1:2],
+                         top2.values[..., :1])
+    return largest > others
+
+
+def library_reading(eta, a, b):
+    return normalised_temperature(eta, "softmax", a=a, b=b)
+
+
+def library_reachable(z, lo, hi):
+    return theory.can_become_argmax(z, None, lo, hi)
+
+
 # ------------------------------------------------------------------ planted bugs
 def _naive_log_softmax(z, T):
     e = torch.exp(z / T)
@@ -74,6 +96,37 @@ def _float32_inside(z):
 
 def _masked_as_zero(z):
     return solution_sparsemax(torch.nan_to_num(z, neginf=0.0))  # -inf read as a score of 0
+
+
+def _others_max(r):
+    """max over i != v of r_i, for every v (a loop: the planted bugs below)."""
+    V = r.shape[-1]
+    return torch.stack([torch.cat([r[..., :v], r[..., v + 1:]], -1).amax(-1)
+                        for v in range(V)], -1)
+
+
+def _reachable_ignoring_sign(z, lo, hi):
+    """z_v/lo is taken as the largest ratio and z_v/hi as the smallest, also
+    for negative logits."""
+    return z / lo > _others_max(z / hi)
+
+
+def _reachable_not_strict(z, lo, hi):
+    largest = torch.where(z >= 0, z / lo, z / hi)
+    return largest >= _others_max(torch.where(z >= 0, z / hi, z / lo))
+
+
+def _reachable_without_the_single_token(z, lo, hi):
+    largest = torch.where(z >= 0, z / lo, z / hi)
+    top2 = torch.where(z >= 0, z / hi, z / lo).topk(2, dim=-1)  # fails for V = 1
+    is_first = torch.zeros_like(z, dtype=torch.bool).scatter(
+        -1, top2.indices[..., :1], True)
+    return largest > torch.where(is_first, top2.values[..., 1:2],
+                                 top2.values[..., :1])
+
+
+def _argmax_only(z, lo, hi):
+    return torch.nn.functional.one_hot(z.argmax(-1), z.shape[-1]).bool()
 
 
 BUGS = {
@@ -125,6 +178,39 @@ BUGS = {
         (lambda z, T: torch.log_softmax(z / T.mean(-1, keepdim=True), -1) if isinstance(T, torch.Tensor)
          else torch.log_softmax(z / T, -1), "nmst_lib.theory.tempered_log_softmax")],
     "hidden_ct_log_probs_extreme": [(_naive_log_softmax, "|z| = 1e4")],
+    # q7
+    "check_softmax_reading_mean": [
+        (lambda eta, a, b: (torch.sigmoid(eta) + a) / b, "(1 + |V| a)/b"),
+        (lambda eta, a, b: (torch.softmax(eta, 0) + a) / b,
+         "a softmax over another dimension"),
+        (lambda eta, a, b: (eta.exp() / eta.exp().sum(-1, keepdim=True) + a) / b,
+         "with torch.softmax")],
+    "check_softmax_reading_few_tokens_move": [
+        (lambda eta, a, b: (torch.sigmoid(eta) + a) / b, "at most 1/(b delta)"),
+        (lambda eta, a, b: (torch.softmax(eta, -1) - 1 / eta.shape[-1] + a) / b,
+         "below a/b")],
+    "hidden_softmax_reading_matches_library": [
+        (lambda eta, a, b: (torch.softmax(eta, -1) + b) / a,
+         "normalised_temperature(eta, 'softmax')"),
+        (lambda eta, a, b: ((torch.softmax(eta.double(), -1) + a) / b),
+         "keep the input's dtype")],
+    "check_reachable_global_temperature": [
+        (_reachable_not_strict, "*strict* argmax"),
+        (lambda z, lo, hi: torch.ones_like(z, dtype=torch.bool),
+         "only the largest logit")],
+    "check_reachable_positive_logits": [(_argmax_only, "part 2 says")],
+    "check_reachable_shift": [
+        (_reachable_ignoring_sign, "largest at the largest temperature")],
+    "check_reachable_against_search": [
+        (_reachable_ignoring_sign, "makes it so"),
+        (lambda z, lo, hi: torch.ones_like(z, dtype=torch.bool),
+         "no choice of temperatures")],
+    "hidden_reachable_matches_library": [
+        (_reachable_ignoring_sign, "can_become_argmax disagrees")],
+    "hidden_reachable_extreme": [
+        (_reachable_without_the_single_token, "handle |V| = 1"),
+        (lambda z, lo, hi: library_reachable(z, lo, hi).float(),
+         "return a bool mask")],
 }
 
 CORRECT = {
@@ -133,6 +219,8 @@ CORRECT = {
     "sparsemax_score": metrics.sparsemax_score,
     "contextual_temperature": library_temperature,
     "ct_log_probs": theory.tempered_log_softmax,
+    "softmax_reading_temperature": library_reading,
+    "argmax_reachable": library_reachable,
 }
 ARG_OF = {}
 for _name in BUGS:
@@ -144,9 +232,15 @@ SWEEP_CHECKS = ["check_sweep_format", "check_sweep_theorem_8_6", "check_sweep_mo
                 "hidden_sweep_support_recomputed", "hidden_sweep_rnt_recomputed"]
 
 
+MISMATCH_CHECKS = ["check_mismatch_format", "check_mismatch_supports",
+                   "check_mismatch_table5",
+                   "hidden_mismatch_supports_recomputed",
+                   "hidden_mismatch_scores_recomputed"]
+
+
 def test_every_check_of_the_module_is_tested():
     names = {n for n in A.__all__ if n.startswith(("check_", "hidden_"))}
-    assert names == set(FUNCTION_CHECKS) | set(SWEEP_CHECKS)
+    assert names == set(FUNCTION_CHECKS) | set(SWEEP_CHECKS) | set(MISMATCH_CHECKS)
 
 
 @pytest.mark.parametrize("name", FUNCTION_CHECKS)
@@ -158,6 +252,12 @@ def test_the_library_sparsemax_passes_the_sparsemax_checks_too():
     for name in FUNCTION_CHECKS:
         if ARG_OF[name] == "sparsemax":
             getattr(A, name)(entmax.sparsemax)
+
+
+def test_the_master_solution_passes_the_reachable_checks_too():
+    for name in FUNCTION_CHECKS:
+        if ARG_OF[name] == "argmax_reachable":
+            getattr(A, name)(solution_argmax_reachable)
 
 
 @pytest.mark.parametrize("name,bug,fragment", [(n, b, f) for n in FUNCTION_CHECKS for b, f in BUGS[n]])
@@ -178,13 +278,15 @@ def test_a_non_function_is_reported():
         A.check_sparsemax_on_simplex(None)
 
 
-@pytest.mark.parametrize("name", SWEEP_CHECKS)
-def test_sweep_check_passes_on_the_recomputed_results(name, results):
-    getattr(A, name)(results)
+@pytest.mark.parametrize("name,fixture", [(n, "results") for n in SWEEP_CHECKS]
+                         + [(n, "table5") for n in MISMATCH_CHECKS])
+def test_result_check_passes_on_the_solution(name, fixture, request):
+    """q5's sweep recomputed, q8's table from the master's solution."""
+    getattr(A, name)(request.getfixturevalue(fixture))
 
 
-@pytest.mark.parametrize("name", SWEEP_CHECKS)
-def test_sweep_check_reports_a_stub(name):
+@pytest.mark.parametrize("name", SWEEP_CHECKS + MISMATCH_CHECKS)
+def test_result_check_reports_a_stub(name):
     with pytest.raises(NotImplementedYet, match="not implemented yet"):
         getattr(A, name)(None)
 
@@ -238,3 +340,133 @@ def test_sweep_settings_match_the_chapter_construction():
     scores = A.sweep_scores()
     gap = scores[:, :-1].amax(-1) - scores[:, -1]
     assert torch.allclose(gap, torch.full_like(gap, A.SWEEP["gap_factor"] / (A.SWEEP["alpha"] - 1)))
+
+
+# ------------------------------------------------------------------ q8: the mismatch table
+def solution_mismatch_table(setting, kappa=None, raw_logits=False, own=None):
+    """The master notebook's solution; the keywords plant bugs (a fixed kappa,
+    the NLL logits passed as log-probabilities, another "own" distribution)."""
+    V = setting.vocab_size
+    options = {"top-k": {"k": setting.k}, "nucleus": {"p": setting.mu},
+               "entmax": {"alpha": setting.alpha}}
+    log_nll = torch.log_softmax(setting.nll_logits, -1)
+    mine = entmax.entmax(setting.entmax_scores, setting.alpha)
+    dists = {("nll", "softmax"): log_nll.exp()}
+    for d in ("top-k", "nucleus", "entmax"):
+        given = setting.nll_logits if raw_logits else log_nll
+        dists[("nll", d)] = decoding.decoder_distribution(given, d, **options[d])
+    for d in ("top-k", "nucleus"):
+        dists[("entmax", d)] = decoding.decoder_distribution(torch.log(mine), d, **options[d])
+    dists[("entmax", "entmax")] = mine if own is None else own(mine)
+    table = {}
+    for key, q in dists.items():
+        rows = q[setting.contexts]
+        q_y = rows.gather(-1, setting.targets[:, None])[:, 0]
+        eps = metrics.epsilon_perplexity(q_y, V, eps=kappa)[0]
+        table[key] = {"sp": float(metrics.sparsemax_score(rows, setting.targets).mean()),
+                      "eps_ppl": eps, "outside": float((q_y == 0).double().mean()),
+                      "support": float((q > 0).sum(-1).double().mean())}
+    return table
+
+
+@pytest.fixture(scope="module")
+def setting():
+    return A.mismatch_setting()
+
+
+@pytest.fixture(scope="module")
+def table5(setting):
+    return solution_mismatch_table(setting)
+
+
+def test_the_master_solution_is_the_checks_recomputation(table5):
+    assert table5 == A._recomputed_rows()
+
+
+def test_mismatch_format_wants_every_row_and_a_dict(table5):
+    broken = dict(table5)
+    broken.pop(("nll", "nucleus"))
+    with pytest.raises(AssertionError, match="has no row"):
+        A.check_mismatch_format(broken)
+    with pytest.raises(AssertionError, match="should be a dict"):
+        A.check_mismatch_format([1, 2])
+
+
+def test_mismatch_supports_catch_entmax_applied_twice(setting):
+    twice = solution_mismatch_table(
+        setting, own=lambda p: entmax.entmax(torch.log(p), setting.alpha))
+    with pytest.raises(AssertionError, match="applying entmax\\s+again"):
+        A.check_mismatch_supports(twice)
+
+
+# (check, row, metric, planted value, fragment of the message); a value None
+# copies the NLL model's nucleus row over the row
+MISMATCH_EDITS = [
+    ("check_mismatch_format", ("nll", "top-k"), "sp", torch.tensor(0.5), "should be a number"),
+    ("check_mismatch_format", ("nll", "top-k"), "eps_ppl", 80.0, "did you pass the vocabulary size"),
+    ("check_mismatch_supports", ("nll", "softmax"), None, None, "a softmax gives every token"),
+    ("check_mismatch_supports", ("entmax", "top-k"), "support", 11.0, "more than k = 10"),
+    ("check_mismatch_supports", ("entmax", "nucleus"), "support", 20.0, "can only remove tokens"),
+    ("check_mismatch_table5", ("entmax", "entmax"), "sp", 0.6756, "no distribution scores better"),
+    ("check_mismatch_table5", ("entmax", "entmax"), "eps_ppl", 6.0, "eps-perplexity"),
+]
+
+
+@pytest.mark.parametrize("name,row,metric,value,fragment", MISMATCH_EDITS)
+def test_mismatch_check_fails_on_a_planted_entry_with_its_message(table5, name, row, metric, value, fragment):
+    broken = copy.deepcopy(table5)
+    if metric is None:
+        broken[row] = dict(table5[("nll", "nucleus")])
+    else:
+        broken[row][metric] = value
+    with pytest.raises(AssertionError) as err:
+        getattr(A, name)(broken)
+    assert fragment in str(err.value), str(err.value)
+
+
+def test_mismatch_recomputation_catches_logits_read_as_log_probabilities(setting):
+    wrong = solution_mismatch_table(setting, raw_logits=True)
+    with pytest.raises(AssertionError, match="log_softmax of the NLL logits"):
+        A.hidden_mismatch_supports_recomputed(wrong)
+
+
+def test_mismatch_recomputation_catches_a_fixed_kappa(setting):
+    wrong = solution_mismatch_table(setting, kappa=1e-3)
+    A.check_mismatch_format(wrong)  # in range: only the recomputation sees it
+    with pytest.raises(AssertionError, match="the best kappa"):
+        A.hidden_mismatch_scores_recomputed(wrong)
+
+
+def test_mismatch_setting_is_the_optimum_of_each_loss(setting):
+    """Chapter 8, Theorem 8.4: the entmax model's distribution is the data's,
+    p* = counts / R; the NLL model's is p* with its 5 % tail; the held-out
+    text follows p* exactly; contexts have 1 to 34 possible next tokens."""
+    S = A.MISMATCH
+    counts = A.mismatch_counts()
+    p = counts.double() / S["references"]
+    assert torch.equal(counts.sum(-1), torch.full((S["contexts"],), S["references"]))
+    assert sorted(set((counts > 0).sum(-1).tolist())) == list(S["support_sizes"])
+    assert torch.allclose(entmax.entmax(setting.entmax_scores, S["alpha"]), p, atol=1e-15, rtol=0)
+    assert torch.equal(entmax.entmax(setting.entmax_scores, S["alpha"]) > 0, p > 0)
+    want = (1 - S["tail"]) * p + S["tail"] / S["vocab_size"]
+    assert torch.allclose(torch.softmax(setting.nll_logits, -1), want, atol=1e-15, rtol=0)
+    seen = torch.zeros_like(counts)
+    seen.index_put_((setting.contexts, setting.targets), torch.ones_like(setting.targets), accumulate=True)
+    assert torch.equal(seen, counts)
+    again = A.mismatch_setting()
+    assert torch.equal(again.nll_logits, setting.nll_logits) and torch.equal(again.targets, setting.targets)
+
+
+def test_mismatch_distribution_refuses_an_unknown_row(setting):
+    with pytest.raises(ValueError, match="unknown row"):
+        A.mismatch_distribution(setting, "entmax", "greedy")
+
+
+def test_the_guide_s_numbers(table5):
+    """assignments/a4_sparse_temperature/guide.md and the reading cell quote these."""
+    own, ent = table5[("entmax", "entmax")], table5[("nll", "entmax")]
+    assert (round(own["sp"], 3), round(own["eps_ppl"], 2)) == (0.676, 4.87)
+    assert (round(ent["sp"], 3), round(ent["eps_ppl"], 1), round(ent["outside"], 2)) == (0.625, 8.0, 0.16)
+    assert round(table5[("nll", "nucleus")]["eps_ppl"], 2) == 5.01
+    assert (round(table5[("entmax", "nucleus")]["eps_ppl"], 2), round(table5[("entmax", "nucleus")]["outside"], 2)) == (5.29, 0.02)
+    assert round(table5[("nll", "top-k")]["outside"], 3) == 0.082

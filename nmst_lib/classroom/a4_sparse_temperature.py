@@ -3,18 +3,27 @@
 The test cells of ``assignments/a4_sparse_temperature`` call these functions; each raises
 ``AssertionError`` with a message in the book's terms. ``check_*`` are the public tests (properties
 from the theory: Theorem 8.1, Corollary 8.1, Theorem 8.5, eq. (8.2), Definition 9.1,
-Propositions 9.2-9.3, Theorem 8.6, Exercise 8.3), ``hidden_*`` the autograder's comparisons with
-``nmst_lib`` on random and extreme inputs (``|z| = 1e4``, ``kappa = 1e-5``, float32, ties,
-masked tokens).
+Propositions 9.1-9.4, Theorem 8.6, Exercise 8.3, Martins et al. (2020)'s Table 5), ``hidden_*``
+the autograder's comparisons with ``nmst_lib`` on random and extreme inputs (``|z| = 1e4``,
+``kappa = 1e-5``, float32, ties, masked tokens).
 
 Problems: q1 ``sparsemax`` (Theorem 8.2), q2 ``epsilon_perplexity`` (eq. (8.2)) and
 ``sparsemax_score`` (Theorem 8.5), q3 ``contextual_temperature`` (Definition 9.1, eq. (9.1)) and
 ``ct_log_probs`` (softmax(z / T)), q5 the temperature sweep of a sparse model whose eos lies
-outside the support (Theorem 8.6, Exercise 8.3).
+outside the support (Theorem 8.6, Exercise 8.3), q7 ``softmax_reading_temperature``
+(Proposition 9.1) and ``argmax_reachable`` (Proposition 9.4), q8 the train/test mismatch of
+Martins et al. (2020)'s Table 5 on two models at the optimum of their losses
+(:func:`mismatch_setting`; Chapter 8, Theorem 8.4).
 """
+
+# A check's failure is an AssertionError (otter's test failure) whatever its
+# cause, a wrong type included:
+# ruff: noqa: TRY004
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 import numbers
 
@@ -22,7 +31,7 @@ import torch
 
 from . import checks as C
 
-__all__ = [
+__all__ = [  # noqa: RUF022 -- grouped by problem, not sorted
     # q1
     "check_sparsemax_on_simplex", "check_sparsemax_threshold_form", "check_sparsemax_shift_invariance",
     "check_sparsemax_two_tokens", "hidden_sparsemax_matches_library", "hidden_sparsemax_extreme_scores",
@@ -39,6 +48,18 @@ __all__ = [
     # q5
     "SWEEP", "TemperedBigram", "sweep_scores", "check_sweep_format", "check_sweep_theorem_8_6",
     "check_sweep_monotone", "hidden_sweep_support_recomputed", "hidden_sweep_rnt_recomputed",
+    # q7
+    "check_softmax_reading_mean", "check_softmax_reading_few_tokens_move",
+    "hidden_softmax_reading_matches_library",
+    "check_reachable_global_temperature", "check_reachable_positive_logits",
+    "check_reachable_shift", "check_reachable_against_search",
+    "hidden_reachable_matches_library", "hidden_reachable_extreme",
+    # q8
+    "MISMATCH", "MISMATCH_ROWS", "MismatchSetting", "mismatch_counts",
+    "mismatch_setting", "mismatch_distribution", "mismatch_scores",
+    "check_mismatch_format", "check_mismatch_supports",
+    "check_mismatch_table5", "hidden_mismatch_supports_recomputed",
+    "hidden_mismatch_scores_recomputed",
 ]
 
 _THM81 = "Theorem 8.1 (alpha = 2: p = [z - tau]_+), Chapter 8"
@@ -269,12 +290,12 @@ def check_sparsemax_score_bounds(sparsemax_score) -> None:
     _tclose(_student_score(sparsemax_score, onehot, target),
                           torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64),
                           "for one-hot predictions e_yhat, sp(e_yhat, y)",
-                          f"the word accuracy 1[yhat = y] (Theorem 8.5, part 3, Chapter 8)", rtol=0, atol=1e-12)
+                          "the word accuracy 1[yhat = y] (Theorem 8.5, part 3, Chapter 8)", rtol=0, atol=1e-12)
     uniform = torch.full((2, V), 1.0 / V, dtype=torch.float64)
     want = 1.0 / V + 0.5 * (1 - 1.0 / V)
     _tclose(_student_score(sparsemax_score, uniform, torch.tensor([0, 3])),
                           torch.full((2,), want, dtype=torch.float64), "for the uniform p, sp(p, y)",
-                          f"1/|V| + (1 - 1/|V|)/2 (Theorem 8.5, part 3, Chapter 8)", rtol=0, atol=1e-12)
+                          "1/|V| + (1 - 1/|V|)/2 (Theorem 8.5, part 3, Chapter 8)", rtol=0, atol=1e-12)
     g = C.generator(92)
     p = torch.distributions.Dirichlet(torch.full((V,), 0.5, dtype=torch.float64)).sample((50,))
     s = _student_score(sparsemax_score, p, torch.randint(0, V, (50,), generator=g))
@@ -296,7 +317,7 @@ def check_sparsemax_score_whole_distribution(sparsemax_score) -> None:
     y = torch.randint(0, 9, (40,), generator=g)
     want = 1 - 0.5 * ((q - torch.nn.functional.one_hot(y, 9).double()) ** 2).sum(-1)
     _tclose(_student_score(sparsemax_score, q, y), want, "on random distributions, sp(p, y)",
-                          f"1 - ||p - e_y||^2 / 2 (Theorem 8.5, part 1, Chapter 8)", rtol=0, atol=1e-10)
+                          "1 - ||p - e_y||^2 / 2 (Theorem 8.5, part 1, Chapter 8)", rtol=0, atol=1e-10)
 
 
 def hidden_eps_perplexity_matches_library(epsilon_perplexity) -> None:
@@ -610,7 +631,7 @@ def check_sweep_monotone(results) -> None:
                  f"{int(e1['eos_rows'])} at T = {T1:g} (Exercise 8.3, Chapter 8: the support only grows with T)")
     for T, e in zip(Ts, entries):
         r = [float(x) for x in e["rnt"]]
-        C.expect(all(b <= a + 1e-12 for a, b in zip(r, r[1:])),
+        C.expect(all(b <= a + 1e-12 for a, b in itertools.pairwise(r)),
                  f"at T = {T:g} r_nt(L) = {r} for L = {list(SWEEP['Ls'])} rises with L; r_nt(L) = q(|y| > L) can only "
                  "fall as L grows")
 
@@ -657,3 +678,597 @@ def hidden_sweep_rnt_recomputed(results) -> None:
                            "the recomputation with the statement's recipe (one decode to L = 200 per T, a fresh "
                            "torch.Generator().manual_seed(seed), contexts = "
                            "torch.arange(n).remainder(V - 1).unsqueeze(1))", rtol=0, atol=1e-12)
+
+
+# ======================================== q7: Propositions 9.1 and 9.4
+
+_PROP91 = "Proposition 9.1 (the softmax reading), Chapter 9"
+_PROP94 = ("Proposition 9.4 (what a bounded per-token temperature can "
+           "reorder), Chapter 9")
+
+
+def _student_reading(fn, eta, a, b) -> torch.Tensor:
+    """Call ``softmax_reading_temperature(eta, a, b)``; check shape, dtype."""
+    _callable(fn, "softmax_reading_temperature")
+    name = "softmax_reading_temperature"
+    T = _as_tensor(C.call_student(fn, eta.clone(), a, b, name=name), name)
+    _shape_dtype(T, eta, name)
+    return T
+
+
+def _reading_inputs(seed: int, scale: float, shape=(8, 30)):
+    g = C.generator(seed)
+    return scale * torch.randn(*shape, generator=g, dtype=torch.float64)
+
+
+def check_softmax_reading_mean(softmax_reading_temperature) -> None:
+    """Proposition 9.1, part 1 (Chapter 9): with s = softmax(eta) over the
+    vocabulary, the temperatures T = (s + a)/b of every context sum to
+    (1 + |V| a)/b, whatever eta (|eta| up to 1e4 included), so their mean
+    is the constant (a + 1/|V|)/b."""
+    cases = (((1.0, 0.5), 0.1, (8, 30)), ((1.0, 0.5), 5.0, (2, 3, 17)),
+             ((0.3, 1.7), 1e4, (8, 30)))
+    for (a, b), scale, shape in cases:
+        eta = _reading_inputs(111, scale, shape)
+        T = _student_reading(softmax_reading_temperature, eta, a, b)
+        C.expect(bool(torch.isfinite(T).all()),
+                 f"with |eta| of scale {scale:g} some temperatures are not "
+                 "finite: compute softmax(eta) with torch.softmax (it "
+                 "subtracts the largest entry first), not exp(eta)/sum")
+        V = eta.shape[-1]
+        want = (1 + V * a) / b
+        sums = T.sum(-1).flatten()
+        worst = int((sums - want).abs().argmax())
+        _close(float(sums[worst]), want,
+               f"for a = {a:g}, b = {b:g}, |V| = {V} and eta of scale "
+               f"{scale:g}, the sum of a context's temperatures",
+               f"{_PROP91}, part 1 (sum_v (s_v + a)/b = (1 + |V| a)/b, "
+               "because s = softmax(eta) over the vocabulary, the last "
+               "dimension, sums to 1; a sigmoid per entry, or a softmax "
+               "over another dimension, does not)",
+               rtol=1e-9, atol=0.0)
+
+
+def check_softmax_reading_few_tokens_move(softmax_reading_temperature) -> None:
+    """Proposition 9.1, part 2 (Chapter 9): every T_v >= a/b, and at most
+    1/(b delta) tokens reach a/b + delta; a constant eta gives every token
+    (1/|V| + a)/b, the mean of part 1."""
+    a, b = 1.0, 0.5
+    eta = _reading_inputs(112, 3.0, (6, 40))
+    T = _student_reading(softmax_reading_temperature, eta, a, b)
+    low = float(T.min())
+    C.expect(low >= a / b - 1e-12,
+             f"a temperature is {C.fmt(low)}, below a/b = {a / b:g}: "
+             f"T_v - a/b = s_v/b with s_v = softmax(eta)_v >= 0 ({_PROP91},"
+             " part 2)")
+    for delta in (1e-3, 1e-2, 0.1, 0.5):
+        count = int((T >= a / b + delta).sum(-1).max())
+        C.expect(count <= 1 / (b * delta),
+                 f"{count} tokens of one context have T >= a/b + {delta:g}"
+                 f", but at most 1/(b delta) = {1 / (b * delta):g} can: "
+                 f"the s_v = b (T_v - a/b) sum to 1 ({_PROP91}, part 2)")
+    flat = torch.full((3, 40), 2.5, dtype=torch.float64)
+    T = _student_reading(softmax_reading_temperature, flat, a, b)
+    want = (1 / 40 + a) / b
+    bad = (T - want).abs() > 1e-12
+    if bool(bad.any()):
+        raise AssertionError(
+            f"with eta = 2.5 for every token a temperature is "
+            f"{C.fmt(float(T[bad][0]))}, but the softmax of a constant is "
+            f"uniform, s_v = 1/|V|, so every T_v = (1/|V| + a)/b = "
+            f"{C.fmt(want)} ({_PROP91}; a sigmoid would give "
+            f"(sigma(2.5) + a)/b = {C.fmt((1 / (1 + math.exp(-2.5)) + a) / b)}"
+            ")")
+
+
+def hidden_softmax_reading_matches_library(softmax_reading_temperature) -> None:
+    """Proposition 9.1 (Chapter 9): equals
+    ``nmst_lib.temperature.normalised_temperature(eta, "softmax", a, b)``
+    on [3, 4, 50] scores for two (a, b), and in float32 at |eta| = 1e4."""
+    from nmst_lib.temperature import normalised_temperature
+    for (a, b), seed in (((1.0, 0.5), 113), ((0.3, 1.7), 114)):
+        eta = _reading_inputs(seed, 2.0, (3, 4, 50))
+        _tclose(_student_reading(softmax_reading_temperature, eta, a, b),
+                normalised_temperature(eta, "softmax", a=a, b=b),
+                f"for a = {a:g}, b = {b:g}, T",
+                "nmst_lib.temperature.normalised_temperature(eta, "
+                f"'softmax') ({_PROP91})", rtol=1e-10, atol=1e-12)
+    eta = _reading_inputs(115, 1e4, (5, 60)).float()
+    _tclose(_student_reading(softmax_reading_temperature, eta, 1.0, 0.5),
+            normalised_temperature(eta, "softmax", a=1.0, b=0.5),
+            "at |eta| = 1e4 in float32, T",
+            f"nmst_lib.temperature.normalised_temperature ({_PROP91})",
+            rtol=1e-5, atol=1e-5)
+
+
+def _student_reachable(fn, z, lo, hi) -> torch.Tensor:
+    """Call ``argmax_reachable(z, lo, hi)``; check that it returns a bool
+    mask of z's shape."""
+    _callable(fn, "argmax_reachable")
+    name = "argmax_reachable"
+    mask = _as_tensor(C.call_student(fn, z.clone(), lo, hi, name=name), name)
+    C.expect(tuple(mask.shape) == tuple(z.shape),
+             f"`{name}` returned shape {tuple(mask.shape)} for logits of "
+             f"shape {tuple(z.shape)}: one True/False per token")
+    C.expect(mask.dtype == torch.bool,
+             f"`{name}` returned dtype {mask.dtype}; return a bool mask "
+             "(for example the result of a comparison `>`)")
+    return mask
+
+
+def _reachable_by_search(z: torch.Tensor, lo: float, hi: float):
+    """The tokens of ``z [V]`` (2 <= V, small) that some corner of
+    [lo, hi]^V makes the strict argmax of z / T, with a witness T for each:
+    each ratio z_v / T_v is monotone in T_v, so a corner is the best case."""
+    V = z.shape[-1]
+    bits = torch.arange(2 ** V).unsqueeze(1) >> torch.arange(V) & 1
+    corners = torch.where(bits.bool(), lo, hi).to(z.dtype)
+    r = z / corners
+    top2 = r.topk(2, -1).values
+    strict = top2[:, 0] > top2[:, 1]
+    winners = {}
+    for i in strict.nonzero().flatten().tolist():
+        winners.setdefault(int(r[i].argmax()), corners[i])
+    return winners
+
+
+def _expect_mask(got, want, z, what: str, why: str) -> None:
+    bad = got != want
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        row, v = idx[:-1], idx[-1]
+        says = "can" if bool(got[idx]) else "cannot"
+        where = f" (row {list(row)})" if row else ""
+        raise AssertionError(
+            f"{what}: your mask says token {v} (z_{v} = {C.fmt(z[idx])}) "
+            f"{says} become the strict argmax of z/T for z = "
+            f"{C.fmt(z[row])}{where}, but {why}")
+
+
+def check_reachable_global_temperature(argmax_reachable) -> None:
+    """Propositions 9.3 and 9.4 (Chapter 9) with lo = hi: one global
+    temperature keeps the ranking, so only the strict argmax of z can be
+    made the argmax of z / T, and with a tie at the top no token can."""
+    g = C.generator(116)
+    z = 3 * torch.randn(6, 9, generator=g, dtype=torch.float64)
+    got = _student_reachable(argmax_reachable, z, 2.0, 2.0)
+    want = torch.nn.functional.one_hot(z.argmax(-1), 9).bool()
+    _expect_mask(got, want, z, "with lo = hi = 2 (one global temperature)",
+                 "z/T keeps the order of z (Proposition 9.3, part 1): only "
+                 "the largest logit can be the largest ratio")
+    tie = torch.tensor([3.0, 3.0, 1.0, -2.0], dtype=torch.float64)
+    got = _student_reachable(argmax_reachable, tie, 2.0, 2.0)
+    _expect_mask(got, torch.zeros(4, dtype=torch.bool), tie,
+                 "with lo = hi = 2 and two tokens tied at the top",
+                 "a global temperature keeps the tie, so no token is the "
+                 "*strict* argmax (the inequality in part 1 of "
+                 f"{_PROP94} is strict)")
+
+
+def check_reachable_positive_logits(argmax_reachable) -> None:
+    """Proposition 9.4, part 2 (Chapter 9): for positive logits, token j
+    can win iff z_j > (lo/hi) max_{i != j} z_i; with [a/b, (1 + a)/b] the
+    ratio is a/(1 + a) (one half for the paper's a = 1)."""
+    g = C.generator(117)
+    z = 0.1 + 10 * torch.rand(8, 12, generator=g, dtype=torch.float64)
+    for lo, hi in ((2.0, 4.0), (1.0, 3.0)):
+        got = _student_reachable(argmax_reachable, z, lo, hi)
+        top2 = z.topk(2, -1)
+        is_top = torch.nn.functional.one_hot(top2.indices[:, 0], 12).bool()
+        others = torch.where(is_top, top2.values[:, 1:2],
+                             top2.values[:, :1])
+        want = z > (lo / hi) * others
+        _expect_mask(got, want, z, f"for positive logits and [lo, hi] = "
+                     f"[{lo:g}, {hi:g}]",
+                     f"{_PROP94}, part 2 says token j can iff z_j > (lo/hi)"
+                     f" max_(i != j) z_i = {lo / hi:.4g} times the best "
+                     "other logit (give j the temperature lo and every "
+                     "other token hi)")
+
+
+def check_reachable_shift(argmax_reachable) -> None:
+    """Proposition 9.4, part 3 (Chapter 9): (10, 6) on [2, 4] lets the
+    second token win (6/2 > 10/4), the same softmax shifted to (1, -3)
+    does not; for a negative logit z_v / T_v is largest at T_v = hi, so
+    (-2, -3) lets the second token win (-3/4 > -2/2)."""
+    cases = (([10.0, 6.0], [True, True], "6/2 = 3 > 10/4 = 2.5"),
+             ([1.0, -3.0], [True, False],
+              ("the best the second token can reach is -3/4 (T = hi: a "
+               "negative logit is largest at the largest temperature), "
+               "below the first token's worst, 1/4; the same softmax as "
+               "(10, 6), yet a different answer: part 3")),
+             ([-2.0, -3.0], [True, True],
+              ("both can: -2/4 > -3/2 and -3/4 > -2/2; a negative logit's "
+               "ratio z_v/T_v is largest at the largest temperature, hi")))
+    for z, want, why in cases:
+        zt = torch.tensor(z, dtype=torch.float64)
+        got = _student_reachable(argmax_reachable, zt, 2.0, 4.0)
+        _expect_mask(got, torch.tensor(want), zt, "on [lo, hi] = [2, 4]",
+                     f"{why} ({_PROP94})")
+
+
+def check_reachable_against_search(argmax_reachable) -> None:
+    """Proposition 9.4, part 1 (Chapter 9) against its definition: for
+    five tokens with logits of both signs, the tokens that some corner of
+    [2, 4]^5 makes the strict argmax of z / T (each ratio is monotone in
+    its T_v, so a corner is the best case)."""
+    for seed in range(12):
+        g = C.generator(1180 + seed)
+        z = (2 * torch.randn(5, generator=g, dtype=torch.float64)
+             + (seed % 3 - 1) * 2.0)
+        got = _student_reachable(argmax_reachable, z, 2.0, 4.0)
+        winners = _reachable_by_search(z, 2.0, 4.0)
+        for v in range(5):
+            if bool(got[v]) and v not in winners:
+                raise AssertionError(
+                    f"your mask says token {v} can become the strict argmax"
+                    f" of z/T for z = {C.fmt(z)} and T in [2, 4], but no "
+                    "choice of temperatures does it (every corner of the "
+                    "box was tried; each z_v/T_v is monotone in T_v). "
+                    f"{_PROP94}, part 1: j can iff its largest ratio beats "
+                    "every other token's smallest ratio")
+            if not bool(got[v]) and v in winners:
+                raise AssertionError(
+                    f"your mask says token {v} cannot become the strict "
+                    f"argmax of z/T for z = {C.fmt(z)}, but T = "
+                    f"{C.fmt(winners[v])} makes it so (z/T = "
+                    f"{C.fmt(z / winners[v])}; {_PROP94}, part 1)")
+
+
+def hidden_reachable_matches_library(argmax_reachable) -> None:
+    """Proposition 9.4, part 1 (Chapter 9): equals
+    ``nmst_lib.theory.can_become_argmax(z, None, lo, hi)`` on [4, 6, 40]
+    logits of both signs, with zeros and ties, for [2, 4], [0.5, 3] and a
+    global temperature."""
+    from nmst_lib.theory import can_become_argmax
+    g = C.generator(119)
+    z = 3 * torch.randn(4, 6, 40, generator=g, dtype=torch.float64) - 1.0
+    z[0, 0, :5] = 0.0                   # zero logits: z/T = 0 for every T
+    z[1, 1] = torch.round(z[1, 1])      # ties
+    z[2, 2, :2] = z[2, 2].max() + 1.0   # a tie at the top
+    z[3, 3] = z[3, 3].abs() + 0.5       # positive logits only
+    z[3, 4] = -z[3, 4].abs() - 0.5      # negative logits only
+    for lo, hi in ((2.0, 4.0), (0.5, 3.0), (1.5, 1.5)):
+        _expect_mask(_student_reachable(argmax_reachable, z, lo, hi),
+                     can_become_argmax(z, None, lo, hi), z,
+                     f"on [lo, hi] = [{lo:g}, {hi:g}]",
+                     "nmst_lib.theory.can_become_argmax disagrees "
+                     f"({_PROP94}, part 1)")
+
+
+def hidden_reachable_extreme(argmax_reachable) -> None:
+    """Proposition 9.4 (Chapter 9) at the edges: |z| = 1e4 in float64 and
+    float32, a single token (always the argmax), all-zero logits (no strict
+    argmax), against ``nmst_lib.theory.can_become_argmax``."""
+    from nmst_lib.theory import can_become_argmax
+    g = C.generator(120)
+    z = 1e4 * torch.randn(5, 30, generator=g, dtype=torch.float64)
+    for zz, what in ((z, "|z| = 1e4"), (z.float(), "|z| = 1e4 in float32"),
+                     (torch.zeros(3, 7, dtype=torch.float64),
+                      "all-zero logits"),
+                     (torch.tensor([[-5.0]], dtype=torch.float64),
+                      "a single token")):
+        try:
+            got = _student_reachable(argmax_reachable, zz, 2.0, 4.0)
+        except C.NotImplementedYet:
+            raise
+        except AssertionError as err:
+            if zz.shape[-1] != 1:
+                raise
+            raise AssertionError(f"with {what}: {err}. A single token is "
+                                 "always the strict argmax (there is no "
+                                 "other token to beat); handle |V| = 1 "
+                                 "before taking the top two") from None
+        _expect_mask(got,
+                     can_become_argmax(zz, None, 2.0, 4.0), zz,
+                     f"with {what}", "nmst_lib.theory.can_become_argmax "
+                     f"disagrees ({_PROP94}, part 1; a single token is "
+                     "always the strict argmax, zero logits never are)")
+
+
+# ==================================== q8: Martins et al.'s Table 5 mismatch
+
+#: The mismatch experiment's fixed settings (Chapter 8; Martins et al.
+#: (2020), Tables 3 and 5). Contexts cycle through the support sizes.
+MISMATCH = {
+    "contexts": 96,
+    "vocab_size": 50,
+    "references": 64,     # held-out positions per context
+    "support_sizes": (1, 2, 3, 5, 8, 13, 21, 34),
+    "alpha": 1.5,         # the entmax-trained model's alpha, and the decoder's
+    "tail": 0.05,         # the NLL model's mass spread over the vocabulary
+    "k": 10,
+    "mu": 0.95,
+    "seed": 0,
+}
+
+#: The rows of the table, (training loss, decoder), in Table 5's order
+#: (plus the NLL model's own softmax, for reference).
+MISMATCH_ROWS = (("nll", "softmax"), ("nll", "top-k"), ("nll", "nucleus"),
+                 ("nll", "entmax"), ("entmax", "top-k"),
+                 ("entmax", "nucleus"), ("entmax", "entmax"))
+
+_METRIC_KEYS = ("sp", "eps_ppl", "outside", "support")
+_T5 = "Martins et al. (2020), Table 5; Chapter 8"
+
+
+@dataclasses.dataclass(frozen=True)
+class MismatchSetting:
+    """The two models and the held-out text of the mismatch experiment.
+
+    ``nll_logits`` and ``entmax_scores`` are ``[C, V]`` (one row per
+    context); the held-out text is ``N = C * R`` positions, position ``t``
+    being context ``contexts[t]`` followed by token ``targets[t]``.
+    """
+
+    nll_logits: torch.Tensor
+    entmax_scores: torch.Tensor
+    contexts: torch.Tensor
+    targets: torch.Tensor
+    alpha: float
+    k: int
+    mu: float
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.nll_logits.shape[-1])
+
+
+def _zipf_counts(m: int, total: int) -> torch.Tensor:
+    """``m`` positive integer counts summing to ``total``, proportional to
+    1/rank (largest remainder; every count at least 1)."""
+    w = 1.0 / torch.arange(1, m + 1, dtype=torch.float64)
+    w = w / w.sum() * total
+    n = torch.floor(w).long().clamp(min=1)
+    while int(n.sum()) < total:
+        n[int(torch.argmax(w - n))] += 1
+    while int(n.sum()) > total:
+        n[int(torch.argmax(torch.where(n > 1, n - w, -math.inf)))] -= 1
+    return n
+
+
+def mismatch_counts() -> torch.Tensor:
+    """How often each token follows each context in the held-out text,
+    ``[C, V]`` (each row sums to ``R``): context c has
+    ``support_sizes[c % 8]`` possible next tokens, at random ids, with
+    Zipf-shaped counts. ``counts / R`` is the data distribution p*."""
+    S = MISMATCH
+    g = C.generator(S["seed"])
+    C_, V, R = S["contexts"], S["vocab_size"], S["references"]
+    counts = torch.zeros(C_, V, dtype=torch.long)
+    sizes = S["support_sizes"]
+    zipf = {m: _zipf_counts(m, R) for m in sizes}
+    for c in range(C_):
+        m = sizes[c % len(sizes)]
+        tokens = torch.randperm(V, generator=g)[:m]
+        counts[c, tokens] = zipf[m]
+    return counts
+
+
+def mismatch_setting() -> MismatchSetting:
+    """The models at the optimum of their training losses for the data
+    distribution p* = counts / R (:func:`mismatch_counts`; no training).
+
+    * entmax loss (Theorem 8.4, parts 2-3, Chapter 8: convex, gradient
+      alpha-entmax(z) - e_y, so the expected loss is smallest where
+      alpha-entmax(z) = p*): scores ``p*^(alpha-1)/(alpha-1)`` on the
+      support (threshold tau = 0) and below 0 off it;
+    * NLL (softmax): the softmax cannot give zeros, so the model keeps a
+      tail, ``(1 - tail) p* + tail/|V|``; its logits are the log of that
+      plus a constant per context (logits are not log-probabilities).
+
+    The held-out text follows each context exactly ``counts`` times, so
+    its empirical distribution is p* (no sampling noise).
+    """
+    S = MISMATCH
+    counts = mismatch_counts()
+    C_, V = counts.shape
+    g = C.generator(S["seed"] + 1)
+    p = counts.double() / S["references"]
+    alpha = float(S["alpha"])
+    below = -0.5 - torch.rand(C_, V, generator=g, dtype=torch.float64)
+    scores = torch.where(p > 0, p ** (alpha - 1) / (alpha - 1), below)
+    tail = S["tail"]
+    shift = 3 * torch.randn(C_, 1, generator=g, dtype=torch.float64)
+    logits = torch.log((1 - tail) * p + tail / V) + shift
+    contexts = torch.arange(C_).repeat_interleave(counts.sum(-1))
+    targets = torch.arange(V).repeat(C_).repeat_interleave(counts.flatten())
+    return MismatchSetting(logits, scores, contexts, targets, alpha,
+                           int(S["k"]), float(S["mu"]))
+
+
+def mismatch_distribution(setting: MismatchSetting, training: str,
+                          decoder: str) -> torch.Tensor:
+    """The distribution ``[C, V]`` that ``decoder`` samples from, for the
+    model trained with ``training`` (Martins et al. (2020), Table 5): the
+    model's own ("softmax" for NLL, "entmax" for the entmax loss), or
+    ``decoding.decoder_distribution`` of its log-probabilities ("top-k",
+    "nucleus", and "entmax" on the NLL model)."""
+    from nmst_lib import decoding
+    from nmst_lib.entmax import entmax
+    if (training, decoder) not in MISMATCH_ROWS:
+        raise ValueError(f"unknown row {(training, decoder)!r}; the rows "
+                         f"are {MISMATCH_ROWS}")
+    if training == "nll":
+        log_p = torch.log_softmax(setting.nll_logits, -1)
+        if decoder == "softmax":
+            return log_p.exp()
+    else:
+        own = entmax(setting.entmax_scores, setting.alpha)
+        if decoder == "entmax":
+            return own
+        log_p = torch.log(own)
+    kwargs = {"top-k": {"k": setting.k}, "nucleus": {"p": setting.mu},
+              "entmax": {"alpha": setting.alpha}}[decoder]
+    return decoding.decoder_distribution(log_p, decoder, **kwargs)
+
+
+def mismatch_scores(q: torch.Tensor, setting: MismatchSetting) -> dict:
+    """sp (Theorem 8.5), eps-perplexity with its best kappa (eq. (8.2),
+    Proposition 8.1), the share of reference words outside the support,
+    and the mean support size over the contexts (Martins et al.'s Table 4)
+    of the distributions ``q [C, V]`` on the held-out text."""
+    from nmst_lib import metrics
+    rows = q[setting.contexts]
+    q_y = rows.gather(-1, setting.targets.unsqueeze(-1)).squeeze(-1)
+    return {"sp": float(metrics.sparsemax_score(rows, setting.targets).mean()),
+            "eps_ppl": metrics.epsilon_perplexity(q_y, setting.vocab_size)[0],
+            "outside": float((q_y == 0).double().mean()),
+            "support": float((q > 0).sum(-1).double().mean())}
+
+
+def _check_table_object(table5) -> None:
+    if table5 is None or table5 is Ellipsis:
+        raise C.NotImplementedYet("`table5` is None: `mismatch_table` is not "
+                                  "implemented yet (replace the `...`)")
+    if not isinstance(table5, dict):
+        raise AssertionError(
+            f"`table5` is a {type(table5).__name__}; it should be a dict "
+            "{(training, decoder): {'sp': ..., 'eps_ppl': ..., "
+            "'outside': ..., 'support': ...}}")
+
+
+def _row(table5, key) -> dict:
+    entry = table5.get(key)
+    C.expect(entry is not None,
+             f"`table5` has no row {key!r}; its keys should be the pairs "
+             f"{list(MISMATCH_ROWS)}")
+    C.expect(isinstance(entry, dict) and set(_METRIC_KEYS) <= set(entry),
+             f"table5[{key!r}] should be a dict with the keys "
+             f"{list(_METRIC_KEYS)}")
+    for m in _METRIC_KEYS:
+        v = entry[m]
+        C.expect(isinstance(v, numbers.Real) and not isinstance(v, bool),
+                 f"table5[{key!r}][{m!r}] is {v!r}; it should be a number "
+                 "(a Python float: use float(...) on a tensor)")
+    return {m: float(entry[m]) for m in _METRIC_KEYS}
+
+
+def check_mismatch_format(table5) -> None:
+    """The table's format: one row per (training, decoder) pair with sp in
+    [0, 1] (Theorem 8.5), eps-perplexity in [1, |V|] (its best kappa is at
+    most as bad as the uniform distribution's |V|; Proposition 8.1), the
+    share outside the support in [0, 1], the mean support in [1, |V|]."""
+    _check_table_object(table5)
+    V = MISMATCH["vocab_size"]
+    for key in MISMATCH_ROWS:
+        r = _row(table5, key)
+        for m, lo, hi, why in (
+                ("sp", 0.0, 1.0, "0 <= sp <= 1 (Theorem 8.5, part 2)"),
+                ("eps_ppl", 1.0, V, ("with the best kappa it lies in [1, "
+                 "|V|]: kappa -> infinity gives the uniform distribution's "
+                 "|V| (Proposition 8.1); did you pass the vocabulary size?")),
+                ("outside", 0.0, 1.0, "a share of the positions"),
+                ("support", 1.0, V, ("the best token always has p > 0 "
+                 "(Corollary 8.1) and there are |V| tokens"))):
+            C.expect(lo - 1e-9 <= r[m] <= hi + 1e-9,
+                     f"table5[{key!r}][{m!r}] = {C.fmt(r[m])}, outside "
+                     f"[{lo:g}, {hi:g}]: {why}")
+
+
+def check_mismatch_supports(table5) -> None:
+    """Chapter 8 on the supports: the softmax keeps all |V| tokens; top-k at
+    most k; truncating the entmax-trained model only removes tokens; and
+    that model's own distribution leaves no reference word out (it learned
+    the data's support: Theorem 8.4)."""
+    check_mismatch_format(table5)
+    S, V = MISMATCH, MISMATCH["vocab_size"]
+    soft = _row(table5, ("nll", "softmax"))
+    C.expect(soft["support"] == V and soft["outside"] == 0.0,
+             "the NLL model's softmax has mean support "
+             f"{C.fmt(soft['support'])}"
+             f" and leaves {C.fmt(soft['outside'])} of the reference words "
+             f"outside it, but a softmax gives every token p_v >= "
+             f"e^(z_v - max z)/|V| > 0 (Chapter 8): support |V| = {V}, none "
+             "outside")
+    for training in ("nll", "entmax"):
+        r = _row(table5, (training, "top-k"))
+        C.expect(r["support"] <= S["k"] + 1e-9,
+                 f"top-k on the {training} model keeps {C.fmt(r['support'])}"
+                 f" tokens on average, more than k = {S['k']}: top-k keeps the"
+                 " k most probable tokens and renormalises")
+    own = _row(table5, ("entmax", "entmax"))
+    C.expect(own["outside"] == 0.0,
+             f"entmax sampling from the entmax-trained model leaves "
+             f"{C.fmt(own['outside'])} of the reference words outside its "
+             "support, but that model learned the data's support (the "
+             "expected entmax loss is smallest where alpha-entmax(z) = p*: "
+             "Theorem 8.4, Chapter 8). Entmax sampling from it draws from "
+             "its own distribution, alpha-entmax(scores); applying entmax "
+             "again to its log-probabilities gives another, sparser one")
+    for decoder in ("top-k", "nucleus"):
+        r = _row(table5, ("entmax", decoder))
+        C.expect(r["support"] <= own["support"] + 1e-9,
+                 f"{decoder} on the entmax-trained model keeps "
+                 f"{C.fmt(r['support'])} tokens on average, more than the "
+                 f"model's own support ({C.fmt(own['support'])}): truncating"
+                 " a distribution can only remove tokens, never add any")
+
+
+def check_mismatch_table5(table5) -> None:
+    """Martins et al. (2020), Table 5 (Chapter 8): entmax sampling from the
+    entmax-trained model scores best, on sp and on eps-perplexity; entmax
+    at decoding time only (the NLL model) or truncating the entmax model
+    is worse. Here this is forced: both metrics are proper and the model's
+    own distribution is the held-out text's."""
+    check_mismatch_format(table5)
+    own = _row(table5, ("entmax", "entmax"))
+    why = ("here the held-out text follows the data distribution p* exactly"
+           " and the entmax-trained model's own distribution is p* (Theorem "
+           "8.4); no distribution scores better than p* itself (sp: the "
+           "mean of sp(q, y) over y ~ p* is 1/2 + ||p*||^2/2 - ||q - p*||^2/2"
+           ", Theorem 8.5; eps-perplexity: Gibbs' inequality). Score every "
+           "row at the same positions (setting.contexts, setting.targets) "
+           "and with the best kappa")
+    for key in MISMATCH_ROWS[:-1]:
+        r = _row(table5, key)
+        C.expect(r["sp"] < own["sp"],
+                 f"{key} has sp = {C.fmt(r['sp'], 6)}, not below entmax "
+                 f"sampling from the entmax-trained model "
+                 f"({C.fmt(own['sp'], 6)}), but {why} ({_T5})")
+        C.expect(r["eps_ppl"] > own["eps_ppl"],
+                 f"{key} has eps-perplexity {C.fmt(r['eps_ppl'], 6)}, not "
+                 "above entmax sampling from the entmax-trained model "
+                 f"({C.fmt(own['eps_ppl'], 6)}), but {why} ({_T5})")
+
+
+def _recomputed_rows():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: one thread, immune to load
+    try:
+        setting = mismatch_setting()
+        return {key: mismatch_scores(mismatch_distribution(setting, *key),
+                                     setting) for key in MISMATCH_ROWS}
+    finally:
+        torch.set_num_threads(threads)
+
+
+_RECIPE = ("the recomputation with mismatch_setting() (decoding."
+           "decoder_distribution of the log-probabilities, log_softmax of "
+           "the NLL logits; the entmax model's own alpha-entmax(scores))")
+
+
+def hidden_mismatch_supports_recomputed(table5) -> None:
+    """The table's support sizes and shares outside the support recomputed
+    with :func:`mismatch_distribution` (Martins et al. (2020), Tables 4-5;
+    Chapter 8)."""
+    check_mismatch_format(table5)
+    for key, want in _recomputed_rows().items():
+        r = _row(table5, key)
+        for m in ("support", "outside"):
+            _close(r[m], want[m], f"table5[{key!r}][{m!r}]", _RECIPE,
+                   rtol=1e-9, atol=1e-12)
+
+
+def hidden_mismatch_scores_recomputed(table5) -> None:
+    """The table's sp and eps-perplexity (best kappa) recomputed with
+    ``nmst_lib.metrics`` (Theorem 8.5, eq. (8.2), Proposition 8.1;
+    Martins et al. (2020), Table 5; Chapter 8)."""
+    check_mismatch_format(table5)
+    for key, want in _recomputed_rows().items():
+        r = _row(table5, key)
+        _close(r["sp"], want["sp"], f"table5[{key!r}]['sp']",
+               _RECIPE + " and metrics.sparsemax_score", rtol=1e-6)
+        _close(r["eps_ppl"], want["eps_ppl"], f"table5[{key!r}]['eps_ppl']",
+               _RECIPE + " and metrics.epsilon_perplexity(q_y, |V|)[0] (the"
+               " best kappa, Proposition 8.1)", rtol=1e-6)

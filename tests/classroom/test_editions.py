@@ -65,7 +65,9 @@ def test_every_assignment_is_built_with_all_three_editions(built, index, assignm
     assert (folder / "instructor" / f"{assignment}.ipynb").is_file()
     kinds = [q["kind"] for q in entry["questions"]]
     assert kinds.count("autograded") >= 3 and kinds.count("manual") >= 1, kinds
-    assert 4 <= len(kinds) <= 7, f"{assignment} has {len(kinds)} problems; the kit asks for about five"
+    # about five problems each; Assignment 4 has eight since issue 22 added Chapter 9's Propositions
+    # 9.1/9.4 and Martins et al.'s Table 5 (two short ones, about 0.5 s of work together)
+    assert 4 <= len(kinds) <= 8, f"{assignment} has {len(kinds)} problems; the kit asks for about five"
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
