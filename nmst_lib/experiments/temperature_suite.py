@@ -1,7 +1,7 @@
 """Chapter 9 (09_temperature): the contextual-temperature experiments of *Contextual Temperature for
 Language Modeling* (2020) at the book's profiles, on Chapter 6's WikiText-2 pipeline and LSTM.
 
-Models (one LSTM each, trained by :func:`nmst_lib.experiments.train.train`, Chapter 6's loop, with the
+Models (one LSTM each, trained by :func:`nmst_lib.experiments.trainer.train`, Chapter 6's loop, with the
 output layer of ``nmst_lib.temperature.contextual_head``; at ``cpu`` Chapter 6's cpu LSTM profile, 2 x 128,
 vocabulary 5,000 + ``<unk>``, 4 epochs, lr 2e-3, plus the temperature fields), in run order
 (:func:`temperature_suite_configs`):
@@ -51,7 +51,6 @@ CLI: ``python -m nmst_lib temperature --profile {quick,cpu,paper}``.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -74,25 +73,22 @@ from .config import (
     training_hash,
     validate_config,
 )
+from .family import Family, register, run_family_suite
 from .results import (
-    CURRENT,
     TEMPERATURE_FOLDER,
     StoredResult,
-    candidate_paths,
     command_line,
-    default_results_dir,
-    load_first_current,
+    current_records,
     load_result,
-    read_chapter_result,
-    write_chapter_result,
 )
-from .train import TrainedRun, default_device, prepare_data, train
+from .trainer import TrainedRun, prepare_data, train
 
 __all__ = [
     "TEMPERATURE_RESULT_SCHEMA",
     "TEMPERATURE_EVALUATION_DEFAULTS",
     "CT_DECODERS",
     "CENTRED_EXTRA_SEEDS",
+    "TEMPERATURE",
     "TemperatureConfig",
     "temperature_config_hash",
     "temperature_config_from_dict",
@@ -112,7 +108,6 @@ __all__ = [
     "load_temperature_results",
     "evaluate_temperature",
     "run_temperature",
-    "select_temperature_configs",
     "run_temperature_suite",
     "temperature_table_rows",
     "normalisation_table_rows",
@@ -439,7 +434,7 @@ def token_temperatures(model, data: D.SequenceData, max_tokens: int | None = Non
 
 
 def temperature_monitor(data: D.SequenceData, tracked_ids, batch_size: int = 16) -> Callable:
-    """The ``monitor`` of :func:`nmst_lib.experiments.train.train` for Chapter 9 (09_temperature;
+    """The ``monitor`` of :func:`nmst_lib.experiments.trainer.train` for Chapter 9 (09_temperature;
     Contextual Temperature (2020) Fig. 1a): a function of the model returning ``{"tau": [mean tau of
     each tracked token over the scored positions of data], "mean_all": mean over all V entries,
     "mean_tracked": mean over the tracked ones}`` (raw floats, full precision). ``data`` is a fixed
@@ -636,30 +631,21 @@ def greedy_continuations(model, contexts: torch.Tensor, vocab, *, max_len: int =
 def temperature_result_path(config: TemperatureConfig, results_dir=None) -> Path:
     """``<results_dir>/temperature/<key>.json`` (``results_dir`` defaults to
     :func:`~nmst_lib.experiments.results.default_results_dir`). Chapter 9 (09_temperature)."""
-    if not isinstance(config, TemperatureConfig):
-        raise TypeError(f"expected a TemperatureConfig, got {type(config).__name__}")
-    base = Path(results_dir) if results_dir is not None else default_results_dir()
-    return base / TEMPERATURE_FOLDER / f"{config.key}.json"
-
-
-def _read_temperature(config: TemperatureConfig, path: Path) -> StoredResult:
-    return read_chapter_result(path, TEMPERATURE_RESULT_SCHEMA, temperature_config_hash(config), config.to_dict())
+    return TEMPERATURE.path(config, results_dir)
 
 
 def load_temperature_result(config: TemperatureConfig, results_dir=None) -> StoredResult:
     """The stored result of ``config`` with status CURRENT / STALE / MISSING, as Chapter 6's
-    :func:`nmst_lib.experiments.results.load_result`: with ``results_dir`` only that folder; without it
-    the write folder first, then the results published with the library
+    :func:`nmst_lib.experiments.results.load_result`: with ``results_dir`` only that folder;
+    without it the write folder first, then the results published with the library
     (``nmst_lib/published_results/temperature``). Chapter 9 (09_temperature)."""
-    return load_first_current(candidate_paths(temperature_result_path, config, results_dir),
-                              lambda p: _read_temperature(config, p),
-                              "run it (run_temperature or `python -m nmst_lib temperature`)")
+    return TEMPERATURE.load(TEMPERATURE.check(config), results_dir)
 
 
 def load_temperature_results(profile: str = "cpu", results_dir=None) -> list[StoredResult]:
-    """The stored results of every model of ``profile`` (CURRENT, STALE or MISSING; nothing is run), in
-    suite order. Chapter 9 (09_temperature) reads its numbers through this."""
-    return [load_temperature_result(c, results_dir) for c in temperature_suite_configs(profile)]
+    """The stored results of every model of ``profile`` (CURRENT, STALE or MISSING; nothing is
+    run), in suite order. Chapter 9 (09_temperature) reads its numbers through this."""
+    return TEMPERATURE.load_all(profile, results_dir)
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -770,13 +756,6 @@ def evaluate_temperature(run: TrainedRun, config: TemperatureConfig, *, tracking
     return result
 
 
-def _save_temperature(result: dict, config: TemperatureConfig, results_dir=None) -> Path:
-    return write_chapter_result(result, temperature_result_path(config, results_dir),
-                                schema=TEMPERATURE_RESULT_SCHEMA, key=config.key,
-                                config_hash=temperature_config_hash(config), config=config.to_dict(),
-                                profile=config.model.profile)
-
-
 def run_temperature(config: TemperatureConfig, *, results_dir=None, checkpoint_dir=None, resume: bool = True,
                     device=None, progress: bool = True, log: Callable[[str], None] | None = None,
                     command: str | None = None, checkpoint_every: int | None = None) -> StoredResult:
@@ -800,69 +779,44 @@ def run_temperature(config: TemperatureConfig, *, results_dir=None, checkpoint_d
                 progress=progress, log=log, checkpoint_every=checkpoint_every, monitor=monitor, monitor_every=every)
     result = evaluate_temperature(run, config, tracking=tracking, monitor_every=every, progress=progress, log=log,
                                   command=command, started=started)
-    _save_temperature(result, config, results_dir)
+    TEMPERATURE.save(result, config, results_dir)
     return load_temperature_result(config, results_dir)
 
 
-def select_temperature_configs(configs, only: str) -> list[TemperatureConfig]:
-    """The configs whose key contains one of the comma-separated substrings of ``only`` (e.g.
-    ``"va-ct-sig-a1-b0.5-seed0,pow,smax"``), in suite order; ValueError naming the keys when none
-    matches. The ``--only`` of ``python -m nmst_lib temperature`` (Chapter 9, 09_temperature)."""
-    if not isinstance(only, str) or not [p for p in only.split(",") if p.strip()]:
-        raise ValueError(f"only must be one or more comma-separated key substrings, e.g. 'mos3,pow', got {only!r}")
-    parts = [p.strip() for p in only.split(",") if p.strip()]
-    configs = list(configs)
-    chosen = [c for c in configs if any(p in c.key for p in parts)]
-    if not chosen:
-        raise ValueError(f"no model of the temperature suite has any of {parts} in its key; keys: "
-                         + ", ".join(c.key for c in configs))
-    return chosen
+def run_temperature_suite(profile: str, *, only=None, force: bool = False, results_dir=None,
+                          checkpoint_dir=None, device=None, progress: bool = True,
+                          log: Callable[[str], None] | None = print, command: str | None = None,
+                          jobs: int = 1, threads: int | None = None) -> list[StoredResult]:
+    """Run every model of :func:`temperature_suite_configs` (``only``: comma-separated key
+    substrings or a predicate, :func:`~nmst_lib.experiments.family.select_configs`) whose
+    stored result is not CURRENT (all of them with ``force``, training from scratch), resuming
+    training from checkpoints; returns the stored results of the selected models in order: the
+    ``temperature`` family through :func:`~nmst_lib.experiments.family.run_family_suite`.
+    Every result file is written atomically, so processes running disjoint ``only`` subsets can
+    share a results folder. Chapter 9 (09_temperature)."""
+    return run_family_suite(TEMPERATURE, profile, only=only, force=force,
+                            results_dir=results_dir, checkpoint_dir=checkpoint_dir,
+                            device=device, progress=progress, log=log, command=command,
+                            jobs=jobs, threads=threads)
 
 
-def run_temperature_suite(profile: str, *, only: str | Callable[[TemperatureConfig], bool] | None = None,
-                          force: bool = False, results_dir=None, checkpoint_dir=None, device=None,
-                          progress: bool = True, log: Callable[[str], None] | None = print,
-                          command: str | None = None) -> list[StoredResult]:
-    """Run every model of :func:`temperature_suite_configs` (``only``: comma-separated key substrings,
-    see :func:`select_temperature_configs`, or a predicate) whose stored result is not CURRENT (all of them with ``force``, training from scratch),
-    resuming training from checkpoints; returns the stored results of the selected models in order.
-    Every result file is written atomically, so processes running disjoint ``only`` subsets can share a
-    results folder. Chapter 9 (09_temperature)."""
-    say = log or (lambda msg: None)
-    configs = temperature_suite_configs(profile)
-    if isinstance(only, str):
-        configs = select_temperature_configs(configs, only)
-    elif only is not None:
-        if not callable(only):
-            raise TypeError(f"only must be a key substring or a predicate, got {type(only).__name__}")
-        configs = [c for c in configs if only(c)]
-    device = torch.device(device) if device is not None else default_device()
-    for i, config in enumerate(configs, 1):
-        stored = load_temperature_result(config, results_dir)
-        if stored.status == CURRENT and not force:
-            say(f"[temperature {i}/{len(configs)}] {config.key}: current, skipped")
-            continue
-        say(f"[temperature {i}/{len(configs)}] {config.key}: {stored.status}, running")
-        run_temperature(config, results_dir=results_dir, checkpoint_dir=checkpoint_dir, resume=not force,
-                        device=device, progress=progress, log=log, command=command)
-    return [load_temperature_result(c, results_dir) for c in configs]
+TEMPERATURE = register(Family(
+    name="temperature", title="temperature", chapter="09_temperature",
+    schema=TEMPERATURE_RESULT_SCHEMA, folder=TEMPERATURE_FOLDER, config_type=TemperatureConfig,
+    configs=temperature_suite_configs, config_hash=temperature_config_hash,
+    config_from_dict=temperature_config_from_dict, run=run_temperature,
+    describe=TemperatureConfig.describe,
+    missing_hint="run it (run_temperature or `python -m nmst_lib suite temperature`)"))
+"""Chapter 9's family (09_temperature): contextual-temperature and MoS LSTMs, results in
+``temperature/``. Not ``distributed``: the temperature monitor of training runs in one
+process."""
 
 
 # --------------------------------------------------------------------------------- tables
 
 
 def _records(stored) -> list[dict]:
-    if isinstance(stored, (StoredResult, dict)):
-        stored = [stored]
-    out = []
-    for s in stored:
-        d = s.data if isinstance(s, StoredResult) else s
-        if d is None or (isinstance(s, StoredResult) and s.status != CURRENT):
-            continue
-        if not isinstance(d, dict):
-            raise TypeError(f"expected StoredResult objects or result dicts, got {type(d).__name__}")
-        out.append(d)
-    return out
+    return current_records(stored)
 
 
 def _ct_row(rec: dict) -> dict:
