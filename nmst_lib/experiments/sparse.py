@@ -365,6 +365,57 @@ def _support_stats(sizes: torch.Tensor) -> dict:
             "log2_histogram": {"bin_lower_edges": [2 ** i for i in range(len(bins))], "counts": bins.tolist()}}
 
 
+def _accumulate_decoder(a: dict, lp, y, decoder: str, eos: int, is_end, generator, seq_ids,
+                        cols) -> None:
+    """Add one batch of scored positions (log-probabilities ``lp [N, V]``, references ``y``)
+    to ``decoder``'s running sums ``a`` (:func:`teacher_forced_metrics`): sparsemax score, JS,
+    q(y), argmax hits, support sizes, eos in the support and at sentence ends, and one sampled
+    token per position in its full-sequence column (for REP/WREP)."""
+    from ..decoding import sample_tokens
+    from ..metrics import js_divergence, sparsemax_score
+
+    q, support = _distribution(lp, decoder)
+    lq = q.log()  # -inf where q = 0
+    a["sp"] += float(sparsemax_score(q, y).double().sum())
+    a["js"] += float(js_divergence(q, y).double().sum())
+    q_y = q.gather(-1, y[:, None]).squeeze(-1)
+    a["q_y"].append(q_y.double().cpu())
+    a["argmax_hit"] += int((q.argmax(-1) == y).sum())
+    a["sizes"].append(support.sum(-1).cpu())
+    a["eos_in"] += int(support[:, eos].sum())
+    a["eos_q_at_end"].append(q[is_end, eos].double().cpu())
+    sample = sample_tokens(lq, generator)
+    a["pred"][seq_ids.cpu(), cols.cpu() + 1] = sample.cpu()
+
+
+def _decoder_metrics(a: dict, decoder: str, V: int, total: int, full_targets, scored_full,
+                     windows) -> dict:
+    """One decoder's entry of :func:`teacher_forced_metrics` from its running sums ``a``."""
+    from ..metrics import epsilon_perplexity, rep_wrep
+
+    q_y = torch.cat(a["q_y"])
+    value, eps = epsilon_perplexity(q_y, V)
+    zero = int((q_y == 0).sum())
+    ppl = float(torch.exp(-torch.log(q_y).mean())) if zero == 0 else None
+    rw = rep_wrep(a["pred"], full_targets, scored_full, windows=windows)
+    sizes = torch.cat(a["sizes"])
+    at_end = torch.cat(a["eos_q_at_end"])
+    spec = parse_decoder(decoder)
+    return {
+        "method": spec.method, "kwargs": spec.decode_kwargs(),
+        "sp": a["sp"] / total, "js": a["js"] / total,
+        "eps_ppl": value, "eps": None if math.isinf(eps) else eps,
+        "ppl": ppl, "target_outside_support": zero / total,
+        "accuracy": a["argmax_hit"] / total,
+        "rep": {str(w): rw[w]["rep"] for w in windows} | {"mean": rw["mean"]["rep"]},
+        "wrep": {str(w): rw[w]["wrep"] for w in windows} | {"mean": rw["mean"]["wrep"]},
+        "support": _support_stats(sizes),
+        "eos": {"in_support": a["eos_in"] / total, "num_sentence_ends": int(at_end.numel()),
+                "mean_p_at_sentence_end": float(at_end.mean()) if at_end.numel() else None,
+                "zero_at_sentence_end": float((at_end == 0).double().mean()) if at_end.numel() else None},
+    }
+
+
 @torch.no_grad()
 def teacher_forced_metrics(model, data: D.SequenceData, decoders, *, batch_size: int = 16, seed: int = 0,
                            windows=REP_WINDOWS, progress: bool = False, log: Callable[[str], None] | None = None) -> dict:
@@ -386,9 +437,6 @@ def teacher_forced_metrics(model, data: D.SequenceData, decoders, *, batch_size:
     work is tensor ops over whole batches ([N, V] per batch); nothing loops over tokens.
     """
     from tqdm.auto import tqdm
-
-    from ..decoding import sample_tokens
-    from ..metrics import epsilon_perplexity, js_divergence, rep_wrep, sparsemax_score
 
     say = log or (lambda msg: None)
     decoders = list(decoders)
@@ -425,47 +473,13 @@ def teacher_forced_metrics(model, data: D.SequenceData, decoders, *, batch_size:
             total += y.numel()
             is_end = y == eos
             for d in decoders:
-                a = acc[d]
-                q, support = _distribution(lp, d)
-                lq = q.log()  # -inf where q = 0
-                a["sp"] += float(sparsemax_score(q, y).double().sum())
-                a["js"] += float(js_divergence(q, y).double().sum())
-                q_y = q.gather(-1, y[:, None]).squeeze(-1)
-                a["q_y"].append(q_y.double().cpu())
-                a["argmax_hit"] += int((q.argmax(-1) == y).sum())
-                a["sizes"].append(support.sum(-1).cpu())
-                a["eos_in"] += int(support[:, eos].sum())
-                a["eos_q_at_end"].append(q[is_end, eos].double().cpu())
-                sample = sample_tokens(lq, gens[d])
-                a["pred"][seq_ids.cpu(), cols.cpu() + 1] = sample.cpu()
+                _accumulate_decoder(acc[d], lp, y, d, eos, is_end, gens[d], seq_ids, cols)
     finally:
         model.train(was_training)
     out = {"num_positions": total, "num_sequences": n_seq, "vocab_size": V, "eos_id": eos, "seed": int(seed),
            "windows": list(windows), "decoders": {}}
     for d in decoders:
-        a = acc[d]
-        q_y = torch.cat(a["q_y"])
-        value, eps = epsilon_perplexity(q_y, V)
-        zero = int((q_y == 0).sum())
-        ppl = float(torch.exp(-torch.log(q_y).mean())) if zero == 0 else None
-        rw = rep_wrep(a["pred"], full_targets, scored_full, windows=windows)
-        sizes = torch.cat(a["sizes"])
-        at_end = torch.cat(a["eos_q_at_end"])
-        spec = parse_decoder(d)
-        out["decoders"][d] = {
-            "method": spec.method, "kwargs": spec.decode_kwargs(),
-            "sp": a["sp"] / total, "js": a["js"] / total,
-            "eps_ppl": value, "eps": None if math.isinf(eps) else eps,
-            "ppl": ppl, "target_outside_support": zero / total,
-            "accuracy": a["argmax_hit"] / total,
-            "rep": {str(w): rw[w]["rep"] for w in windows} | {"mean": rw["mean"]["rep"]},
-            "wrep": {str(w): rw[w]["wrep"] for w in windows} | {"mean": rw["mean"]["wrep"]},
-            "support": _support_stats(sizes),
-            "eos": {"in_support": a["eos_in"] / total, "num_sentence_ends": int(at_end.numel()),
-                    "mean_p_at_sentence_end": float(at_end.mean()) if at_end.numel() else None,
-                    "zero_at_sentence_end": float((at_end == 0).double().mean()) if at_end.numel() else None},
-        }
-        r = out["decoders"][d]
+        r = out["decoders"][d] = _decoder_metrics(acc[d], d, V, total, full_targets, scored_full, windows)
         say(f"[sparse] {d}: sp {r['sp']:.4f} JS {r['js']:.4f} eps-ppl {r['eps_ppl']:.2f} REP {r['rep']['mean']:.3f} "
             f"WREP {r['wrep']['mean']:.3f} support {r['support']['mean']:.1f}")
     out["wall_seconds"] = time.perf_counter() - started
