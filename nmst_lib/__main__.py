@@ -1,15 +1,19 @@
-"""Command line for the WikiText-2 experiments of Chapter 6 (06_wikitext), Chapter 7 (07_gpt2),
-Chapter 8 (08_sparse) and Chapter 9 (09_temperature).
+"""The command line of the library: one model's training and decoding, the suites of the four
+experiment families (wikitext2: Chapter 6, 06_wikitext; gpt2: Chapter 7, 07_gpt2; sparse:
+Chapter 8, 08_sparse; temperature: Chapter 9, 09_temperature; see
+:mod:`nmst_lib.experiments.family`), a report of stored results, and the classroom kit.
 
     python -m nmst_lib train     --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0 [--resume]
     python -m nmst_lib train     --profile cpu --head entmax --alpha 1.5
     python -m nmst_lib decode    --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0
     python -m nmst_lib run       ... (train, then decode)
-    python -m nmst_lib run-suite --profile cpu
-    python -m nmst_lib report    --profile cpu
-    python -m nmst_lib sparse    --profile cpu [--only KEY] (Chapter 8's sparse-generation suite)
-    python -m nmst_lib gpt2      --profile cpu [--only KEY] [--nproc N] (Chapter 7's GPT-2 suite)
-    python -m nmst_lib temperature --profile cpu [--only KEY] (Chapter 9's contextual-temperature suite)
+    python -m nmst_lib suite FAMILY --profile cpu [--only KEY,KEY] [--dry-run] [--force] [--jobs N]
+                                 [--threads N] [--nproc N]   (any family's suite; the same options for all)
+    python -m nmst_lib run-suite --profile cpu   (= suite wikitext2)
+    python -m nmst_lib report    [FAMILY] --profile cpu
+    python -m nmst_lib sparse    --profile cpu [--only KEY] (= suite sparse, Chapter 8)
+    python -m nmst_lib gpt2      --profile cpu [--only KEY] [--nproc N] (= suite gpt2, Chapter 7)
+    python -m nmst_lib temperature --profile cpu [--only KEY] (= suite temperature, Chapter 9)
     python -m nmst_lib assignments build [--only ID] [--out DIR]   (the classroom kit, otter-grader)
     python -m nmst_lib assignments grade ID SUBMISSION.ipynb ...     (grade with the built autograder)
 
@@ -46,6 +50,10 @@ per-context temperature (CT-VA, CT-NMST, the normalisations of the paper's Table
 scaling, MoS and CT-MoS) and stores perplexities, the temperature of tracked tokens over training, the
 mean temperature by position, eos's temperature near line ends and r_nt(L) on Chapter 6's contexts.
 Single runs take the fields through --set, e.g. --set temperature='"sigmoid"' --set loss_scaling=true.
+
+Suites: `suite FAMILY` runs every model of an experiment family (wikitext2, gpt2, sparse,
+temperature) whose stored result is not current; --only, --dry-run, --force, --jobs, --threads and
+--nproc mean the same for every family. run-suite, gpt2, sparse and temperature are its aliases.
 
 Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what the website shows
 (30 runs, about 3 CPU hours: 1.5 hours as two single-thread processes on 2 cores); paper = the paper's settings (GPU).

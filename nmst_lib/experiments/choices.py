@@ -1,7 +1,8 @@
-"""What a reader of Chapter 6 (06_wikitext) can do with its results: see where the shown
-results come from (:func:`describe_results`), retrain them, or run the paper's settings, with
-an estimate of the time on the current device (:func:`estimate_profile_time`);
-:func:`run_choices` puts the three together as Markdown for the chapter (and for Colab).
+"""What a reader can do with the results a chapter shows: see where they come from
+(:func:`describe_results`, any family's stored results: Chapters 6, 7 and 9 call it), retrain
+them, or run the paper's settings with an estimate of the time on the current device
+(:func:`estimate_profile_time`, Chapter 6's RNN/LSTM suite); :func:`run_choices` puts the three
+together as Markdown for Chapter 6 (06_wikitext; and for Colab).
 
 The time estimate is a model, not a measurement of the whole suite. Training: epochs x
 (training tokens / training throughput + validation tokens / evaluation throughput), with the

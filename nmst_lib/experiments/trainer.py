@@ -1,6 +1,7 @@
-"""Training of the WikiText-2 language models: data preparation, the training loop with
-AdamW, learning-rate halving, early stopping and best-by-validation selection (Choi, Cho, Lee
-(2023) App. D), atomic checksummed checkpoints, and exact resumption (Chapter 6, 06_wikitext).
+"""The one training loop of the library, for every experiment family (Chapters 6-9): data
+preparation, the :class:`Trainer` (AdamW, learning-rate halving, early stopping and
+best-by-validation selection, Choi, Cho, Lee (2023) App. D; atomic checksummed checkpoints and
+exact resumption) and :func:`train`, which runs it (Chapter 6, 06_wikitext, first).
 The same loop trains the entmax heads of Chapter 8 (08_sparse) on their own loss (Martins et al.
 (2020) eq. 5-6), selecting by the validation mean of that loss (:func:`selection_metric`), and
 fine-tunes GPT-2 (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2 and App. D): AdamW with no
