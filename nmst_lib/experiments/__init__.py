@@ -4,7 +4,7 @@
 ``gpt2`` (Chapter 7, 07_gpt2; Sec. 4.2 and Welleck et al. (2020) Sec. 5.3; :mod:`.gpt2`),
 ``sparse`` (Chapter 8, 08_sparse; Martins et al. (2020) Sec. 5.1; :mod:`.sparse`) and
 ``temperature`` (Chapter 9, 09_temperature; Contextual Temperature (2020) Sec. 4;
-:mod:`.temperature_suite`). Beside them: configs and profiles (:mod:`.config`), the one training
+:mod:`.temperature_suite`, its analyses in :mod:`.temperature_analysis`). Beside them: configs and profiles (:mod:`.config`), the one training
 loop (:mod:`.trainer`) with its checkpoints (:mod:`.checkpoints`) and data parallelism
 (:mod:`.distributed`), the results store (:mod:`.results`), and what a reader can do with the
 results: where they come from, retraining, a time estimate (:mod:`.choices`).

@@ -291,47 +291,46 @@ def _run_in_processes(
             )
 
 
-def _train_everywhere(
-    family: Family,
-    todo: list,
-    ctx,
-    *,
-    checkpoint_dir,
-    force: bool,
-    progress: bool,
-    log,
-) -> None:
+def _run_distributed(family: Family, todo: list, ctx, kwargs: dict,
+                     progress: bool, log) -> None:
     """Under ``torchrun``: every process trains every pending model together
-    (DistributedDataParallel; rank 0 writes the checkpoints), before rank 0
-    evaluates."""
+    (DistributedDataParallel; rank 0 writes the checkpoints); then rank 0
+    alone loads each finished checkpoint, evaluates and stores it."""
+    from .distributed import DistContext
     from .trainer import train
 
     for config in todo:
-        train(
-            family.training_config(config),
-            checkpoint_dir=checkpoint_dir,
-            resume=not force,
-            progress=progress,
-            log=log if ctx.is_main else None,
-            dist=ctx,
-        )
+        train(family.training_config(config),
+              checkpoint_dir=kwargs["checkpoint_dir"], resume=kwargs["resume"],
+              progress=progress, log=log if ctx.is_main else None, dist=ctx)
+    if not ctx.is_main:
+        return
+    for config in todo:
+        family.run(config, device=ctx.device, progress=progress, log=log,
+                   dist=DistContext(device=ctx.device),
+                   **{**kwargs, "resume": True})
 
 
-def run_family_suite(
-    family: Family | str,
-    profile: str,
-    *,
-    only=None,
-    force: bool = False,
-    results_dir=None,
-    checkpoint_dir=None,
-    device=None,
-    progress: bool = True,
-    log: Callable[[str], None] | None = print,
-    command: str | None = None,
-    jobs: int = 1,
-    threads: int | None = None,
-) -> list[StoredResult]:
+def _distributed_context(family: Family, device):
+    """The ``torchrun`` context when ``WORLD_SIZE`` > 1 (ValueError for a
+    family that does not train data-parallel), else None."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    if not family.distributed:
+        raise ValueError(
+            f"the {family.name} family does not train data-parallel "
+            "(--nproc); run it in one process per model (--jobs N)")
+    from .distributed import init_distributed
+
+    return init_distributed(device)
+
+
+def run_family_suite(family: Family | str, profile: str, *, only=None,
+                     force: bool = False, results_dir=None,
+                     checkpoint_dir=None, device=None, progress: bool = True,
+                     log: Callable[[str], None] | None = print,
+                     command: str | None = None, jobs: int = 1,
+                     threads: int | None = None) -> list[StoredResult]:
     """Run every config of ``family`` at ``profile`` (``only``:
     :func:`select_configs`) whose stored result is not CURRENT (all of them
     with ``force``, trained from scratch), resuming from checkpoints; returns
@@ -347,76 +346,31 @@ def run_family_suite(
     families with ``distributed`` allow it."""
     import torch
 
-    from .distributed import DistContext, init_distributed
     from .trainer import default_device
 
     family = get_family(family) if isinstance(family, str) else family
     if not isinstance(force, bool):
         raise TypeError(f"force must be True or False, got {force!r}")
     jobs = check_positive_int(jobs, "jobs")
-    say = log or (lambda msg: None)
-    configs = select_configs(
-        family.configs(profile),
-        only,
-        suite=f"the {profile} {family.title} suite",
-    )
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if distributed and not family.distributed:
-        raise ValueError(
-            f"the {family.name} family does not train data-parallel (--nproc); "
-            "run it in one process per model (--jobs N)"
-        )
-    ctx = init_distributed(device) if distributed else None
-    if ctx is not None and not ctx.is_main:
-        say = lambda msg: None  # noqa: E731 - rank 0 speaks for all
-    todo = pending_configs(
-        configs,
-        lambda c: family.load(c, results_dir),
-        force=force,
-        log=say,
-        tag=family.name,
-        action="queued" if jobs > 1 else "running",
-    )
-    kwargs = dict(
-        results_dir=results_dir,
-        checkpoint_dir=checkpoint_dir,
-        resume=not force,
-        command=command,
-    )
+    configs = select_configs(family.configs(profile), only,
+                             suite=f"the {profile} {family.title} suite")
+    ctx = _distributed_context(family, device)
+    quiet = ctx is not None and not ctx.is_main  # rank 0 speaks for all
+    say = (lambda msg: None) if quiet or log is None else log
+    todo = pending_configs(configs, lambda c: family.load(c, results_dir),
+                           force=force, log=say, tag=family.name,
+                           action="queued" if jobs > 1 else "running")
+    kwargs = {"results_dir": results_dir, "checkpoint_dir": checkpoint_dir,
+              "resume": not force, "command": command}
     if ctx is not None and ctx.distributed:
-        _train_everywhere(
-            family,
-            todo,
-            ctx,
-            checkpoint_dir=checkpoint_dir,
-            force=force,
-            progress=progress,
-            log=log,
-        )
-        if not ctx.is_main:
-            return [family.load(c, results_dir) for c in configs]
-        for config in todo:
-            family.run(
-                config,
-                device=ctx.device,
-                progress=progress,
-                log=log,
-                dist=DistContext(device=ctx.device),
-                **{**kwargs, "resume": True},
-            )
-    elif jobs > 1 and len(todo) > 1:
-        device = (
-            torch.device(device) if device is not None else default_device()
-        )
-        _run_in_processes(
-            family, todo, {**kwargs, "device": str(device)}, jobs, threads, say
-        )
+        _run_distributed(family, todo, ctx, kwargs, progress, log)
+        return [family.load(c, results_dir) for c in configs]
+    device = torch.device(device) if device is not None else default_device()
+    if jobs > 1 and len(todo) > 1:
+        _run_in_processes(family, todo, {**kwargs, "device": str(device)},
+                          jobs, threads, say)
     else:
-        device = (
-            torch.device(device) if device is not None else default_device()
-        )
         for config in todo:
-            family.run(
-                config, device=device, progress=progress, log=log, **kwargs
-            )
+            family.run(config, device=device, progress=progress, log=log,
+                       **kwargs)
     return [family.load(c, results_dir) for c in configs]
