@@ -60,6 +60,7 @@ __all__ = [
     "suite_configs",
     "run_suite",
     "WIKITEXT2",
+    "describe_run",
 ]
 
 def rnt_grid(max_len: int, points: int = 60) -> list[int]:
