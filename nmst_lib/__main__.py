@@ -1,15 +1,19 @@
-"""Command line for the WikiText-2 experiments of Chapter 6 (06_wikitext), Chapter 7 (07_gpt2),
-Chapter 8 (08_sparse) and Chapter 9 (09_temperature).
+"""The command line of the library: one model's training and decoding, the suites of the four
+experiment families (wikitext2: Chapter 6, 06_wikitext; gpt2: Chapter 7, 07_gpt2; sparse:
+Chapter 8, 08_sparse; temperature: Chapter 9, 09_temperature; see
+:mod:`nmst_lib.experiments.family`), a report of stored results, and the classroom kit.
 
     python -m nmst_lib train     --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0 [--resume]
     python -m nmst_lib train     --profile cpu --head entmax --alpha 1.5
     python -m nmst_lib decode    --profile quick --arch lstm --head nmst --eps 1e-4 --seed 0
     python -m nmst_lib run       ... (train, then decode)
-    python -m nmst_lib run-suite --profile cpu
-    python -m nmst_lib report    --profile cpu
-    python -m nmst_lib sparse    --profile cpu [--only KEY] (Chapter 8's sparse-generation suite)
-    python -m nmst_lib gpt2      --profile cpu [--only KEY] [--nproc N] (Chapter 7's GPT-2 suite)
-    python -m nmst_lib temperature --profile cpu [--only KEY] (Chapter 9's contextual-temperature suite)
+    python -m nmst_lib suite FAMILY --profile cpu [--only KEY,KEY] [--dry-run] [--force] [--jobs N]
+                                 [--threads N] [--nproc N]   (any family's suite; the same options for all)
+    python -m nmst_lib run-suite --profile cpu   (= suite wikitext2)
+    python -m nmst_lib report    [FAMILY] --profile cpu
+    python -m nmst_lib sparse    --profile cpu [--only KEY] (= suite sparse, Chapter 8)
+    python -m nmst_lib gpt2      --profile cpu [--only KEY] [--nproc N] (= suite gpt2, Chapter 7)
+    python -m nmst_lib temperature --profile cpu [--only KEY] (= suite temperature, Chapter 9)
     python -m nmst_lib assignments build [--only ID] [--out DIR]   (the classroom kit, otter-grader)
     python -m nmst_lib assignments grade ID SUBMISSION.ipynb ...     (grade with the built autograder)
 
@@ -46,6 +50,10 @@ per-context temperature (CT-VA, CT-NMST, the normalisations of the paper's Table
 scaling, MoS and CT-MoS) and stores perplexities, the temperature of tracked tokens over training, the
 mean temperature by position, eos's temperature near line ends and r_nt(L) on Chapter 6's contexts.
 Single runs take the fields through --set, e.g. --set temperature='"sigmoid"' --set loss_scaling=true.
+
+Suites: `suite FAMILY` runs every model of an experiment family (wikitext2, gpt2, sparse,
+temperature) whose stored result is not current; --only, --dry-run, --force, --jobs, --threads and
+--nproc mean the same for every family. run-suite, gpt2, sparse and temperature are its aliases.
 
 Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what the website shows
 (30 runs, about 3 CPU hours: 1.5 hours as two single-thread processes on 2 cores); paper = the paper's settings (GPU).
@@ -119,12 +127,95 @@ def _add_nproc(g) -> None:
                         "(torchrun); `torchrun --nproc-per-node N -m nmst_lib ...` works too [1]")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``python -m nmst_lib`` argument parser (Chapter 6, 06_wikitext)."""
-    parser = argparse.ArgumentParser(prog="python -m nmst_lib", description=_DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+_SUITES = {
+    # command: (family, help, description); the aliases of `suite FAMILY` that the chapters cite
+    "run-suite": (
+        "wikitext2",
+        "Chapter 6's RNN/LSTM suite (= suite wikitext2; skips current results)",
+        "Run all configs of the profile's suite (see nmst_lib.experiments.runs.suite_configs) "
+        "whose stored result is missing or STALE, resuming from checkpoints. The command line "
+        "is stored in every result."),
+    "gpt2": (
+        "gpt2",
+        "Chapter 7's GPT-2 suite (= suite gpt2): VA, ST and NMST output layers (Choi, Cho, Lee "
+        "2023 Sec. 4.2; Welleck et al. 2020 Sec. 5.3)",
+        "Train (or resume) the GPT-2 models of the profile with a vanilla (VA), "
+        "self-terminating (ST) or non-monotonic self-terminating (NMST) output layer, decode "
+        "validation contexts with every decoder of the config up to L = 1,000, and store one "
+        "result JSON per model under OUT/gpt2/ (perplexities, r_nt(L), length histograms, "
+        "readable continuations, p(eos) per token, provenance). quick: seconds (tests); cpu: a "
+        "small GPT-2 trained from scratch, NOT pretrained GPT-2 (the website); paper: "
+        "pretrained gpt2 fine-tuned on WikiText-103 (GPU, hub). Models whose result is current "
+        "are skipped (see nmst_lib.experiments.gpt2)."),
+    "sparse": (
+        "sparse",
+        "Chapter 8's sparse-generation suite (= suite sparse; Martins et al. 2020 Tables 2, 4, 5)",
+        "Train (or resume) the softmax, entmax and NMST-entmax LSTMs of the profile and "
+        "evaluate them on the test split under every decoder of Martins et al. (2020) Table 2 "
+        "(sp, JS, eps-perplexity, REP/WREP, tokens considered per step), plus distinct-n of "
+        "free-running continuations, r_nt(L) under each model's natural decoder and greedy, eos "
+        "in the support, and next-token scores for the chapter's alpha explorer. One JSON per "
+        "model under OUT/sparse/; models whose result is current are skipped (see "
+        "nmst_lib.experiments.sparse)."),
+    "temperature": (
+        "temperature",
+        "Chapter 9's contextual-temperature suite (= suite temperature; CT-LSTM, CT-NMST, "
+        "Tables 3-4, MoS / CT-MoS)",
+        "Train (or resume) the contextual-temperature LSTMs of the profile (Contextual "
+        "Temperature for Language Modeling, 2020: eq. 5-7, Tables 3-4) with a monitor of the "
+        "temperature of tracked tokens over training (Fig. 1a), then store one result JSON per "
+        "model under OUT/temperature/: perplexities, the monitor log, the mean temperature by "
+        "position with 95% bands (Fig. 1b), eos's temperature against the distance to the "
+        "line's end, greedy continuations with the temperature of each chosen token, r_nt(L) "
+        "on Chapter 6's validation contexts, provenance. Models whose result is current are "
+        "skipped; result files are written atomically, so two processes with disjoint --only "
+        "can share OUT (see nmst_lib.experiments.temperature_suite)."),
+}
+"""The suite commands that name one family each (kept for the README, the chapters and the
+book pages, which cite them); ``suite FAMILY`` runs any registered family."""
+FAMILIES = ("wikitext2", "gpt2", "sparse", "temperature")
+"""The book's experiment families (a test checks them against the registry)."""
 
+
+def _add_suite_options(p: argparse.ArgumentParser) -> None:
+    """The options of every suite command, the same meaning for every family (see
+    :func:`nmst_lib.experiments.family.run_family_suite`)."""
+    g = p.add_argument_group("suite")
+    g.add_argument("--only", default=None, metavar="KEY[,KEY]",
+                   help="only the models whose key contains KEY; several comma-separated "
+                        "substrings select every model matching one (e.g. va,nmst-eps5e-4)")
+    g.add_argument("--force", action="store_true",
+                   help="re-run models whose result is current, training from scratch")
+    g.add_argument("--dry-run", action="store_true",
+                   help="list the models, their keys and status, run nothing")
+    g.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="run N models at once, each in its own process with --threads "
+                        "threads (on a 2-core CPU: --jobs 2 --threads 1) [1]")
+    _add_nproc(g)
+    _add_common(p)
+
+
+def _add_suite_parsers(sub) -> None:
+    """``suite FAMILY`` and its aliases (``run-suite``, ``gpt2``, ``sparse``, ``temperature``)."""
+    p = sub.add_parser("suite", help="run every model of an experiment family at a profile "
+                                     "(skips current results)",
+                       description="Run every model of FAMILY's suite at the profile whose "
+                                   "stored result is missing or STALE, resuming from "
+                                   "checkpoints: wikitext2 (Chapter 6), gpt2 (Chapter 7), "
+                                   "sparse (Chapter 8), temperature (Chapter 9), or any family "
+                                   "a module registered (nmst_lib.experiments.family). Every "
+                                   "option means the same for every family.")
+    p.add_argument("family", metavar="FAMILY",
+                   help=f"the experiment family: {', '.join(FAMILIES)}")
+    _add_suite_options(p)
+    for command, (family, help_text, description) in _SUITES.items():
+        p = sub.add_parser(command, help=help_text, description=description)
+        p.set_defaults(family=family)
+        _add_suite_options(p)
+
+
+def _add_single_run_parsers(sub) -> None:
+    """``train``, ``decode`` and ``run``: one model of Chapters 6-9 (an ExperimentConfig)."""
     p = sub.add_parser("train", help="train one model (checkpoint after every epoch; --resume continues)",
                        description="Train one RNN/LSTM language model on WikiText-2 with early stopping; the "
                                    "checkpoint holds the best epoch's weights. Writes no result JSON (see decode/run).")
@@ -149,81 +240,34 @@ def build_parser() -> argparse.ArgumentParser:
     _add_nproc(g)
     _add_common(p)
 
-    p = sub.add_parser("run-suite", help="run every config a chapter needs at a profile (skips current results)",
-                       description="Run all configs of the profile's suite (see nmst_lib.experiments.runs."
-                                   "suite_configs) whose stored result is missing or STALE, resuming from checkpoints. "
-                                   "The command line is stored in every result.")
-    g = p.add_argument_group("suite")
-    g.add_argument("--force", action="store_true", help="re-run configs whose results are current, from scratch")
-    g.add_argument("--dry-run", action="store_true", help="list the configs and their status, run nothing")
-    g.add_argument("--only", default=None, metavar="SUBSTR", help="only configs whose key contains SUBSTR")
-    g.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="run N configs at once, each in its own process with --threads threads "
-                        "(on a 2-core CPU: --jobs 2 --threads 1) [1]")
-    _add_common(p)
 
-    p = sub.add_parser("report", help="list a profile's results with status (CURRENT/STALE/MISSING) and key numbers",
-                       description="For every config of the profile's suite: status of the stored result, "
-                                   "validation perplexity, greedy r_nt at the largest L, and the data used.")
+def _add_report_parser(sub) -> None:
+    p = sub.add_parser("report", help="list a family's results with status (CURRENT/STALE/MISSING) "
+                                      "and key numbers",
+                       description="For every model of the family's suite at the profile "
+                                   "(default wikitext2, Chapter 6): status of the stored "
+                                   "result, validation and test perplexity, greedy r_nt at the "
+                                   "largest L, and the data used.")
+    p.add_argument("family", nargs="?", default="wikitext2", metavar="FAMILY",
+                   help=f"the experiment family: {', '.join(FAMILIES)} [wikitext2]")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_common(p)
 
-    p = sub.add_parser("sparse", help="Chapter 8's sparse-generation suite (Martins et al. 2020 Tables 2, 4, 5)",
-                       description="Train (or resume) the softmax, entmax and NMST-entmax LSTMs of the profile and "
-                                   "evaluate them on the test split under every decoder of Martins et al. (2020) "
-                                   "Table 2 (sp, JS, eps-perplexity, REP/WREP, tokens considered per step), plus "
-                                   "distinct-n of free-running continuations, r_nt(L) under each model's natural "
-                                   "decoder and greedy, eos in the support, and next-token scores for the "
-                                   "chapter's alpha explorer. One JSON per model under OUT/sparse/; models "
-                                   "whose result is current are skipped (see nmst_lib.experiments.sparse).")
-    g = p.add_argument_group("suite")
-    g.add_argument("--only", default=None, metavar="KEY",
-                   help="only the models whose key contains KEY (e.g. entmax-a1.5, va)")
-    g.add_argument("--force", action="store_true", help="re-evaluate models whose result is current")
-    g.add_argument("--dry-run", action="store_true", help="list the models and their status, run nothing")
-    _add_common(p)
 
-    p = sub.add_parser("gpt2", help="Chapter 7's GPT-2 suite: VA, ST and NMST output layers (Choi, Cho, Lee 2023 "
-                                    "Sec. 4.2; Welleck et al. 2020 Sec. 5.3)",
-                       description="Train (or resume) the GPT-2 models of the profile with a vanilla (VA), "
-                                   "self-terminating (ST) or non-monotonic self-terminating (NMST) output layer, "
-                                   "decode validation contexts with every decoder of the config up to L = 1,000, "
-                                   "and store one result JSON per model under OUT/gpt2/ (perplexities, r_nt(L), "
-                                   "length histograms, readable continuations, p(eos) per token, provenance). "
-                                   "quick: seconds (tests); cpu: a small GPT-2 trained from scratch, NOT pretrained "
-                                   "GPT-2 (the website); paper: pretrained gpt2 fine-tuned on WikiText-103 (GPU, "
-                                   "hub). Models whose result is current are skipped (see "
-                                   "nmst_lib.experiments.gpt2).")
-    g = p.add_argument_group("suite")
-    g.add_argument("--only", default=None, metavar="KEY",
-                   help="only the models whose key contains KEY (e.g. va, nmst-eps5e-4)")
-    g.add_argument("--force", action="store_true", help="re-run models whose result is current, from scratch")
-    g.add_argument("--dry-run", action="store_true", help="list the models and their status, run nothing")
-    g.add_argument("--nproc", type=int, default=None, metavar="N",
-                   help="train with N processes (DistributedDataParallel through torchrun: GPUs, or CPU "
-                        "processes on gloo); the command re-launches itself under torch.distributed.run [1]")
-    _add_common(p)
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m nmst_lib`` argument parser: one sub-parser per command, the suite
+    commands built per family (:func:`_add_suite_parsers`)."""
+    parser = argparse.ArgumentParser(prog="python -m nmst_lib", description=_DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_single_run_parsers(sub)
+    _add_suite_parsers(sub)
+    _add_report_parser(sub)
+    _add_assignments_parser(sub)
+    return parser
 
-    p = sub.add_parser("temperature", help="Chapter 9's contextual-temperature suite (CT-LSTM, CT-NMST, Tables 3-4, "
-                                           "MoS / CT-MoS)",
-                       description="Train (or resume) the contextual-temperature LSTMs of the profile (Contextual "
-                                   "Temperature for Language Modeling, 2020: eq. 5-7, Tables 3-4) with a monitor of "
-                                   "the temperature of tracked tokens over training (Fig. 1a), then store one result "
-                                   "JSON per model under OUT/temperature/: perplexities, the monitor log, the mean "
-                                   "temperature by position with 95% bands (Fig. 1b), eos's temperature against the "
-                                   "distance to the line's end, greedy continuations with the temperature of each "
-                                   "chosen token, r_nt(L) on Chapter 6's validation contexts, provenance. Models "
-                                   "whose result is current are skipped; result files are written atomically, so "
-                                   "two processes with disjoint --only can share OUT (see "
-                                   "nmst_lib.experiments.temperature).")
-    g = p.add_argument_group("suite")
-    g.add_argument("--only", default=None, metavar="SUBSTR",
-                   help="only the models whose key contains SUBSTR; several comma-separated substrings select "
-                        "every model matching one (e.g. va-ct-sig-a1-b0.5-seed0,pow,smax or mos3)")
-    g.add_argument("--force", action="store_true", help="re-run models whose result is current, from scratch")
-    g.add_argument("--dry-run", action="store_true", help="list the models, their keys and status, run nothing")
-    _add_common(p)
 
+def _add_assignments_parser(sub) -> None:
     p = sub.add_parser("assignments", help="the classroom kit: build the assignments' student, instructor and "
                                            "autograder editions (otter-grader), or grade submissions",
                        description="Build every assignment of assignments/ (one per part of the book) with "
@@ -253,7 +297,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "students check against; commit the result after editing a master)")
     p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)
-    return parser
 
 
 def _parse_value(text: str):
@@ -300,7 +343,7 @@ def _command(args) -> str:
 
 def _cmd_train(args) -> int:
     from .experiments.distributed import init_distributed
-    from .experiments.train import train
+    from .experiments.trainer import train
 
     config = _config_from_args(args)
     dist = init_distributed(args.device)  # torchrun's environment (--nproc), else one process
@@ -335,7 +378,7 @@ def _cmd_decode(args) -> int:
 def _cmd_run(args) -> int:
     from .experiments.distributed import init_distributed
     from .experiments.runs import run_experiment
-    from .experiments.train import train
+    from .experiments.trainer import train
 
     config = _config_from_args(args)
     dist = init_distributed(args.device)
@@ -350,133 +393,80 @@ def _cmd_run(args) -> int:
     return 0
 
 
-def _cmd_run_suite(args) -> int:
-    from .experiments.results import load_result
-    from .experiments.runs import run_suite, suite_configs
-
-    only = (lambda c: args.only in c.key) if args.only else None
-    if args.dry_run:
-        for c in suite_configs(args.profile):
-            if only is None or only(c):
-                _log(f"{c.key:40s} {load_result(c, args.out).status.upper():8s} decoders={','.join(c.decoders)}")
-        return 0
-    results = run_suite(args.profile, results_dir=args.out, checkpoint_dir=args.checkpoint_dir, force=args.force,
-                        device=args.device, progress=not args.no_progress, log=_log, command=_command(args),
-                        only=only, jobs=args.jobs, threads=args.threads)
-    _log(f"[run-suite] {len(results)} results current in {results[0].path.parent if results else args.out}")
-    return 0
-
-
-def _cmd_report(args) -> int:
-    from .experiments.results import load_result
-    from .experiments.runs import suite_configs
-
-    rows = []
-    for c in suite_configs(args.profile):
-        stored = load_result(c, args.out)
-        row = {"key": c.key, "status": stored.status.upper(), "message": stored.message}
-        if stored.data is not None:
-            d = stored.data
-            greedy = d.get("decoding", {}).get("greedy")
-            row.update(val_ppl=d["metrics"]["val_ppl"], test_ppl=d["metrics"]["test_ppl"],
-                       rnt_greedy=greedy["rnt"][-1] if greedy else None, L=greedy["max_len"] if greedy else None,
-                       data=d["data"]["splits"]["train"], date=d["provenance"]["date_utc"])
-        rows.append(row)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return 0
-    print(f"{'run':40s} {'status':8s} {'val ppl':>9s} {'test ppl':>9s} {'r_nt(L)':>8s} {'L':>7s}")
-    for r in rows:
-        if "val_ppl" in r:
-            rnt = "" if r["rnt_greedy"] is None else f"{r['rnt_greedy']:.3f}"
-            print(f"{r['key']:40s} {r['status']:8s} {r['val_ppl']:9.2f} {r['test_ppl']:9.2f} {rnt:>8s} {r['L'] or '':>7}")
-        else:
-            print(f"{r['key']:40s} {r['status']:8s}")
-    stale = [r for r in rows if r["status"] == "STALE"]
-    for r in stale:
-        print(f"  {r['key']}: {r['message']}")
-    datas = sorted({r["data"] for r in rows if "data" in r})
-    for d in datas:
-        print(f"training data: {d}")
-    return 0
-
-
-def _cmd_sparse(args) -> int:
-    from .experiments.sparse import run_sparse_suite, sparse_results_status, sparse_suite_configs
-
-    only = (lambda c: args.only in c.key) if args.only else None
-    if args.dry_run:
-        for c in sparse_suite_configs(args.profile):
-            if only is None or only(c):
-                _log(f"{c.key:45s} {sparse_results_status(c, args.out).upper():8s} {c.describe()}")
-        return 0
-    results = run_sparse_suite(args.profile, results_dir=args.out, checkpoint_dir=args.checkpoint_dir,
-                               force=args.force, device=args.device, progress=not args.no_progress, log=_log,
-                               command=_command(args), only=only)
-    _log(f"[sparse] {len(results)} results current in {results[0].path.parent if results else args.out}")
-    return 0
-
-
-def _gpt2_module_args(args) -> list[str]:
-    """The ``gpt2`` command line of ``args`` without ``--nproc``, for the processes that
-    ``torch.distributed.run`` starts (Chapter 7, 07_gpt2)."""
-    out = ["gpt2", "--profile", args.profile]
+def _suite_module_args(args) -> list[str]:
+    """The suite command line of ``args`` without ``--nproc``, for the processes that
+    ``torch.distributed.run`` starts (every family; Chapter 7, 07_gpt2, first)."""
+    out = [args.command] + ([args.family] if args.command == "suite" else []) + ["--profile", args.profile]
     for flag, value in (("--only", args.only), ("--out", args.out), ("--checkpoint-dir", args.checkpoint_dir),
-                        ("--data-dir", args.data_dir), ("--device", args.device), ("--threads", args.threads)):
+                        ("--data-dir", args.data_dir), ("--device", args.device), ("--threads", args.threads),
+                        ("--jobs", None if args.jobs == 1 else args.jobs)):
         if value is not None:
             out += [flag, str(value)]
     out += [flag for flag, on in (("--force", args.force), ("--no-progress", args.no_progress)) if on]
     return out
 
 
-def _cmd_gpt2(args) -> int:
-    from .experiments.gpt2 import gpt2_suite_configs, run_gpt2_suite
-    from .experiments.results import load_result
+def _cmd_suite(args) -> int:
+    """``python -m nmst_lib suite FAMILY`` (and its aliases ``run-suite``, ``gpt2``, ``sparse``,
+    ``temperature``): the family's models with their status (``--dry-run``), or run them
+    (:func:`nmst_lib.experiments.family.run_family_suite`)."""
+    from .experiments.family import get_family, run_family_suite, select_configs
 
-    configs = [c for c in gpt2_suite_configs(args.profile) if not args.only or args.only in c.key]
-    if args.only and not configs:
-        raise ValueError(f"no model of the {args.profile} GPT-2 suite has {args.only!r} in its key; keys: "
-                         + ", ".join(c.key for c in gpt2_suite_configs(args.profile)))
+    family = get_family(args.family)
+    configs = select_configs(family.configs(args.profile), args.only,
+                             suite=f"the {args.profile} {family.title} suite")
     if args.dry_run:
         for c in configs:
-            _log(f"{c.key:40s} {load_result(c, args.out).status.upper():8s} decoders={','.join(c.decoders)}")
+            _log(f"{c.key:45s} {family.load(c, args.out).status.upper():8s} {family.describe(c)}")
         return 0
-    if args.nproc is not None and args.nproc < 1:
-        raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
-    if args.nproc and args.nproc > 1 and not os.environ.get("WORLD_SIZE"):
-        from .experiments.distributed import relaunch_with_torchrun
-
-        return relaunch_with_torchrun(args.nproc, _gpt2_module_args(args))
-    results = run_gpt2_suite(args.profile, results_dir=args.out, checkpoint_dir=args.checkpoint_dir,
-                             only=args.only, force=args.force, device=args.device, progress=not args.no_progress,
-                             log=_log, command=_command(args))
+    results = run_family_suite(family, args.profile, only=args.only, force=args.force, results_dir=args.out,
+                               checkpoint_dir=args.checkpoint_dir, device=args.device,
+                               progress=not args.no_progress, log=_log, command=_command(args), jobs=args.jobs,
+                               threads=args.threads)
     if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 reports
-        _log(f"[gpt2] {len(results)} results in {results[0].path.parent if results else args.out}: "
+        _log(f"[{family.name}] {len(results)} results in {results[0].path.parent if results else args.out}: "
              + ", ".join(f"{r.path.stem} {r.status.upper()}" for r in results))
     return 0
 
 
-def _cmd_temperature(args) -> int:
-    """``python -m nmst_lib temperature``: Chapter 9's suite (09_temperature; Contextual Temperature
-    (2020) Sec. 4), or with ``--dry-run`` its models, keys, status and decoders."""
-    from .experiments.temperature import (
-        load_temperature_result,
-        run_temperature_suite,
-        select_temperature_configs,
-        temperature_suite_configs,
-    )
+def _report_row(stored) -> dict:
+    """One row of ``report``: key, status and, for a stored result, its perplexities, greedy
+    r_nt at the largest L (:func:`nmst_lib.report.rnt_at`), the training data and the date."""
+    from .report import rnt_at
 
-    configs = temperature_suite_configs(args.profile)
-    chosen = select_temperature_configs(configs, args.only) if args.only is not None else configs
-    if args.dry_run:
-        for c in chosen:
-            _log(f"{c.key:45s} {load_temperature_result(c, args.out).status.upper():8s} {c.describe()}")
+    d = stored.data
+    row = {"key": stored.path.stem, "status": stored.status.upper(), "message": stored.message}
+    if d is None:
+        return row
+    greedy = d.get("decoding", {}).get("greedy")
+    metrics = d.get("metrics", {})
+    row.update(val_ppl=metrics.get("val_ppl"), test_ppl=metrics.get("test_ppl"),
+               rnt_greedy=rnt_at(greedy, int(greedy["max_len"])) if greedy else None,
+               L=greedy["max_len"] if greedy else None,
+               data=d.get("data", {}).get("splits", {}).get("train"),
+               date=d.get("provenance", {}).get("date_utc"))
+    return row
+
+
+def _cmd_report(args) -> int:
+    """``python -m nmst_lib report [FAMILY]``: the status and key numbers of every model of a
+    family's suite, as a text table (:func:`nmst_lib.report.text_table`) or JSON."""
+    from .experiments.family import get_family
+    from .report import text_table
+
+    family = get_family(args.family)
+    rows = [_report_row(family.load(c, args.out)) for c in family.configs(args.profile)]
+    if args.json:
+        print(json.dumps(rows, indent=1))
         return 0
-    results = run_temperature_suite(args.profile, only=args.only, force=args.force, results_dir=args.out,
-                                    checkpoint_dir=args.checkpoint_dir, device=args.device,
-                                    progress=not args.no_progress, log=_log, command=_command(args))
-    _log(f"[temperature] {len(results)} results in {results[0].path.parent if results else args.out}: "
-         + ", ".join(f"{r.path.stem} {r.status.upper()}" for r in results))
+    columns = {"key": "run", "status": "status", "val_ppl": "val ppl", "test_ppl": "test ppl",
+               "rnt_greedy": "r_nt(L)", "L": "L"}
+    print(text_table(rows, columns, digits={"val_ppl": 2, "test_ppl": 2, "rnt_greedy": 3}))
+    for r in rows:
+        if r["status"] == "STALE":
+            print(f"  {r['key']}: {r['message']}")
+    for d in sorted({r["data"] for r in rows if r.get("data")}):
+        print(f"training data: {d}")
     return 0
 
 
@@ -566,9 +556,9 @@ def _grade_batch(args, assignment: str, zip_path: str, out: str, files: list[str
     return 0 if summary["failed"] == summary["timed out"] == 0 else 1
 
 
-_COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "run-suite": _cmd_run_suite,
-             "report": _cmd_report, "sparse": _cmd_sparse, "gpt2": _cmd_gpt2, "temperature": _cmd_temperature,
-             "assignments": _cmd_assignments}
+_COMMANDS = {"train": _cmd_train, "decode": _cmd_decode, "run": _cmd_run, "suite": _cmd_suite,
+             "report": _cmd_report, "assignments": _cmd_assignments,
+             **{command: _cmd_suite for command in _SUITES}}
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
@@ -584,6 +574,24 @@ def _without_nproc(argv: list[str]) -> list[str]:
     return out
 
 
+def _wants_torchrun(args) -> bool:
+    """True when ``--nproc N`` (N > 1) asks for N processes and this is not one of them yet;
+    ValueError for N < 1 or for a family that does not train data-parallel."""
+    nproc = getattr(args, "nproc", None)
+    if nproc is None:
+        return False
+    if nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, got {nproc}")
+    if nproc > 1 and getattr(args, "family", None) is not None:
+        from .experiments.family import get_family
+
+        family = get_family(args.family)
+        if not family.distributed:
+            raise ValueError(f"the {family.name} family does not train data-parallel (--nproc); "
+                             "run its models in parallel processes with --jobs N")
+    return nproc > 1 and "WORLD_SIZE" not in os.environ
+
+
 def main(argv=None) -> int:
     """Entry point of ``python -m nmst_lib``; returns the exit status (2 on bad input)."""
     parser = build_parser()
@@ -594,15 +602,15 @@ def main(argv=None) -> int:
         return 2
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be >= 1")
-    if getattr(args, "nproc", None) is not None and args.command in ("train", "run"):
-        if args.nproc < 1:
-            parser.error("--nproc must be >= 1")
-        if args.nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun: re-launch there
-            from .experiments.distributed import relaunch_with_torchrun
-
-            return relaunch_with_torchrun(args.nproc, _without_nproc(sys.argv[1:] if argv is None else list(argv)))
     _setup(args)
     try:
+        if _wants_torchrun(args):  # not yet under torchrun: re-launch there
+            from .experiments.distributed import relaunch_with_torchrun
+
+            given = sys.argv[1:] if argv is None else list(argv)
+            suite = args.command == "suite" or args.command in _SUITES
+            return relaunch_with_torchrun(args.nproc, _suite_module_args(args) if suite
+                                          else _without_nproc(given))
         return _COMMANDS[args.command](args)
     except (ValueError, TypeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -50,6 +50,7 @@ __all__ = [
     "Html",
     "escape",
     "html_table",
+    "text_table",
     "mean_std",
     "mean_range",
     "select",
@@ -212,6 +213,27 @@ def html_table(
 # ---------------------------------------------------------------------------------------
 # Repeated runs
 # ---------------------------------------------------------------------------------------
+
+
+def text_table(rows: Sequence[Mapping], columns: Mapping[str, str], *,
+               digits: Mapping[str, int] | None = None) -> str:
+    """``rows`` as a plain-text table for a terminal (the ``report`` command): one column per
+    key of ``columns`` (key -> header), numbers right-aligned and written as
+    :func:`html_table` writes them (``digits[key]`` decimals, else 6 significant digits;
+    integers with thousands separators), None as an empty cell, text left-aligned."""
+    if not isinstance(columns, Mapping) or not columns:
+        raise ValueError("columns must map at least one row key to its header")
+    digits = dict(digits or {})
+    cells = [[_cell_text(row.get(k), digits.get(k)) for k in columns] for row in rows]
+    numeric = [any(isinstance(row.get(k), numbers.Real) and not isinstance(row.get(k), bool)
+                   for row in rows) for k in columns]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(columns.values())]
+
+    def line(values) -> str:
+        return " ".join(v.rjust(w) if num else v.ljust(w)
+                        for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    return "\n".join([line(list(columns.values()))] + [line(c) for c in cells])
 
 
 def _as_values(values) -> np.ndarray:

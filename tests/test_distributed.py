@@ -29,7 +29,7 @@ from nmst_lib.experiments.distributed import (
     torchrun_command,
 )
 
-train_module = importlib.import_module("nmst_lib.experiments.train")
+train_module = importlib.import_module("nmst_lib.experiments.trainer")
 REPO = Path(__file__).resolve().parents[1]
 
 LOSS_TOLERANCE = 1e-4
@@ -72,7 +72,7 @@ DRIVER = textwrap.dedent("""
     from transformers import GPT2Tokenizer
     from nmst_lib.experiments import make_config, train
     from nmst_lib.experiments.distributed import init_distributed
-    T = sys.modules["nmst_lib.experiments.train"]
+    T = sys.modules["nmst_lib.experiments.trainer"]
     tok = GPT2Tokenizer.from_pretrained(sys.argv[2])
     T._gpt2_tokenizer = lambda: tok
     norms, clip = [], torch.nn.utils.clip_grad_norm_

@@ -37,7 +37,7 @@ from nmst_lib.experiments import (
 )
 from nmst_lib.experiments.config import ExperimentConfig, validate_config
 
-train_module = importlib.import_module("nmst_lib.experiments.train")  # the package's `train` is the function
+train_module = importlib.import_module("nmst_lib.experiments.trainer")  # the module; the package attribute `train` is its function
 REPO = Path(__file__).resolve().parents[1]
 
 # Every test here reads the fixture corpus (tests/fixtures/data, through NMST_DATA_DIR), with or

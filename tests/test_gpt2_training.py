@@ -1,4 +1,4 @@
-"""GPT-2 fine-tuning through the one training loop (nmst_lib.experiments.train; Choi, Cho, Lee
+"""GPT-2 fine-tuning through the one training loop (nmst_lib.experiments.trainer; Choi, Cho, Lee
 (2023) Sec. 4.2 and App. D; Chapter 7, 07_gpt2): the quick profile on GPT-2's real tokenizer,
 exact resumption, AdamW parameter groups, the linear schedule, max_steps, gradient accumulation,
 config validation, legacy checkpoints, and Chapter 6's and Chapter 8's config hashes unchanged.
@@ -37,7 +37,7 @@ from nmst_lib.experiments.config import (
 )
 from nmst_lib.models import GPT2LM
 
-train_module = importlib.import_module("nmst_lib.experiments.train")
+train_module = importlib.import_module("nmst_lib.experiments.trainer")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -39,7 +39,7 @@ from nmst_lib.experiments.runs import decode_at_scale
 from nmst_lib.heads import head_from_name
 from nmst_lib.models import RecurrentLM, build_model
 
-train_module = importlib.import_module("nmst_lib.experiments.train")
+train_module = importlib.import_module("nmst_lib.experiments.trainer")
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""The library's modules import each other one way (DESIGN.md: data flows
+"""The library's modules import each other one way (ARCHITECTURE.md: data flows
 one way): no import cycle, and the low layers import nothing of the
 experiments, the classroom kit or the command line.
 

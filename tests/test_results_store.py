@@ -267,5 +267,5 @@ def test_a_result_from_uncommitted_code_is_refused_in_the_published_folder_unles
     # the writers apply it: nothing is written when refused
     monkeypatch.delenv(R.ALLOW_DIRTY_ENV)
     with pytest.raises(R.DirtyResultError):
-        R.write_chapter_result(dirty, target, schema="s", key="k", config_hash="h", config={}, profile="cpu")
+        R.write_result(dirty, target, schema="s", key="k", config_hash="h", config={}, profile="cpu")
     assert not target.exists()

@@ -1,4 +1,4 @@
-"""Tests of Chapter 9's experiments (09_temperature; nmst_lib.experiments.temperature) and of what
+"""Tests of Chapter 9's experiments (09_temperature; nmst_lib.experiments.temperature_suite) and of what
 contextual temperature changed in the Chapter 6 machinery: the new config fields (keys, validation,
 hashes of Chapters 6-8 unchanged), the training loop's monitor hook (exact resumption, no effect on
 training), the analyses against hand computation on models whose temperature is known, the quick
@@ -29,11 +29,11 @@ from nmst_lib.experiments import (
 )
 from nmst_lib.experiments.results import StoredResult
 from nmst_lib.experiments.runs import decoding_context_indices
-from nmst_lib.experiments.train import build_model_for, prepare_data
+from nmst_lib.experiments.trainer import build_model_for, prepare_data
 from nmst_lib.heads import NMSTHead, VanillaHead
 from nmst_lib.temperature import ContextualHead
 
-T = importlib.import_module("nmst_lib.experiments.temperature")
+T = importlib.import_module("nmst_lib.experiments.temperature_suite")
 sparse = importlib.import_module("nmst_lib.experiments.sparse")
 
 pytestmark = pytest.mark.usefixtures("fixture_data_env")
@@ -667,7 +667,7 @@ def test_cli_dry_run_lists_the_cpu_suite_with_keys(tmp_path, capsys):
 def test_cli_errors(tmp_path, capsys):
     assert cli.main(["temperature", "--profile", "cpu", "--dry-run", "--only", "nope", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "no model of the temperature suite" in err and "cpu-lstm-va-mos3-seed0" in err
+    assert "no model of the cpu temperature suite" in err and "cpu-lstm-va-mos3-seed0" in err
     with pytest.raises(SystemExit):
         cli.main(["temperature", "--profile", "laptop"])
     assert cli.main(["temperature", "--profile", "cpu", "--dry-run", "--only", ",", "--out", str(tmp_path)]) == 2

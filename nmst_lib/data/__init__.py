@@ -3,7 +3,7 @@ vocabularies, continuation-task sequences and batches, and GPT-2's BPE.
 
 A *sequence* is one non-empty line of WikiText (a paragraph or a heading);
 its first ``k = 10`` tokens are the context x and the rest, followed by
-``<eos>``, is the continuation y (Choi, Cho, Lee (2023), Sec. 4.1; DESIGN.md
+``<eos>``, is the continuation y (Choi, Cho, Lee (2023), Sec. 4.1; ARCHITECTURE.md
 "Canonical definitions"). Lines of at most k tokens are dropped. Where the
 text came from is always written down (:class:`DataDescription`): the
 official splits from the Hugging Face hub, a local folder

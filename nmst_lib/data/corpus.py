@@ -280,7 +280,7 @@ class DataDescription:
     tokens, articles).
 
     ``substitute`` is ``None`` for the official splits, else a sentence
-    saying what was used instead (Chapter 6, 06_wikitext; DESIGN.md
+    saying what was used instead (Chapter 6, 06_wikitext; ARCHITECTURE.md
     "Results, profiles and honesty").
     """
 

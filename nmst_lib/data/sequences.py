@@ -2,7 +2,7 @@
 
 A *sequence* is one non-empty line of WikiText (a paragraph or a heading) as
 ids; its first ``k = 10`` tokens are the context x and the rest, followed by
-``<eos>``, is the continuation y (Choi, Cho, Lee (2023), Sec. 4.1; DESIGN.md
+``<eos>``, is the continuation y (Choi, Cho, Lee (2023), Sec. 4.1; ARCHITECTURE.md
 "Canonical definitions"). Lines of at most k tokens have no continuation and
 are dropped. :class:`SequenceData` stores the sequences of one split flat;
 :func:`make_batch` gathers some into a padded :class:`Batch`, and
@@ -48,7 +48,7 @@ class SequenceData:
     ``offsets[i]``/``lengths[i]`` locate sequence i. ``lengths = line tokens
     + 1`` (the eos), all > ``context_len + 1``.
 
-    Choi, Cho, Lee (2023) Sec. 4.1; DESIGN.md canonical "sequence"; Chapter 6
+    Choi, Cho, Lee (2023) Sec. 4.1; ARCHITECTURE.md canonical "sequence"; Chapter 6
     (06_wikitext). ``vocab`` is a :class:`~nmst_lib.data.Vocabulary` or
     another vocabulary with the same parts (GPT-2's
     :class:`~nmst_lib.data.TokenizerVocabulary`, Chapter 7).

@@ -1,12 +1,18 @@
-"""WikiText-2 experiments of Chapter 6 (06_wikitext): configs and profiles (:mod:`.config`),
-training with checkpoints (:mod:`.train`), the results store (:mod:`.results`), end-to-end
-runs and suites (:mod:`.runs`), and what a reader can do with the results: where they come
-from, retraining, and a time estimate for the paper profile (``nmst_lib.experiments.choices``).
-After Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G. The sparse-text-generation experiments of
-Chapter 8 (08_sparse; Martins et al. (2020) Sec. 5.1, Tables 2, 4, 5) live in :mod:`.sparse`; the
-GPT-2 experiments of Chapter 7 (07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2, Welleck et al. (2020)
-Sec. 5.3) in :mod:`.gpt2`; the contextual-temperature experiments of Chapter 9 (09_temperature;
-Contextual Temperature (2020) Sec. 4, Tables 3-4, Fig. 1) in ``nmst_lib.experiments.temperature``."""
+"""The experiments of the book (Chapters 6-9), as four *families* that share one interface
+(:mod:`.family`: configs, run, load, schema, one suite runner and one ``suite`` command):
+``wikitext2`` (Chapter 6, 06_wikitext; Choi, Cho, Lee (2023) Sec. 4.1, App. D, F, G; :mod:`.runs`),
+``gpt2`` (Chapter 7, 07_gpt2; Sec. 4.2 and Welleck et al. (2020) Sec. 5.3; :mod:`.gpt2`),
+``sparse`` (Chapter 8, 08_sparse; Martins et al. (2020) Sec. 5.1; :mod:`.sparse`) and
+``temperature`` (Chapter 9, 09_temperature; Contextual Temperature (2020) Sec. 4;
+:mod:`.temperature_suite`, its analyses in :mod:`.temperature_analysis`). Beside them: configs and profiles (:mod:`.config`), the one training
+loop (:mod:`.trainer`) with its checkpoints (:mod:`.checkpoints`) and data parallelism
+(:mod:`.distributed`), the results store (:mod:`.results`), and what a reader can do with the
+results: where they come from, retraining, a time estimate (:mod:`.choices`).
+
+The package attribute ``train`` is the function :func:`.trainer.train`; the module is
+``nmst_lib.experiments.trainer``. ``nmst_lib.experiments.temperature`` (the name Chapter 9
+imports) is the module :mod:`.temperature_suite`, not the output layer
+:mod:`nmst_lib.temperature`."""
 
 from .config import (
     ALL_DECODERS,
@@ -23,6 +29,7 @@ from .config import (
     parse_decoder,
     validate_config,
 )
+from .family import Family, family_names, get_family, register, run_family_suite, select_configs
 from .results import (
     CURRENT,
     MISSING,
@@ -56,7 +63,9 @@ from .sparse import (
     run_sparse_suite,
     sparse_suite_configs,
 )
-from .temperature import (
+from . import temperature_suite
+from . import temperature_suite as temperature  # Chapter 9 imports this name
+from .temperature_suite import (
     TemperatureConfig,
     load_temperature_result,
     load_temperature_results,
@@ -64,7 +73,7 @@ from .temperature import (
     run_temperature_suite,
     temperature_suite_configs,
 )
-from .train import (
+from .trainer import (
     CheckpointError,
     PreparedData,
     TrainedRun,
@@ -81,6 +90,7 @@ __all__ = [
     "config_hash", "default_decoders", "training_hash", "make_config", "parse_decoder", "validate_config",
     "CURRENT", "MISSING", "STALE", "StoredResult", "load_result", "result_path", "save_result",
     "default_results_dir", "published_results_dir",
+    "Family", "family_names", "get_family", "register", "run_family_suite", "select_configs",
     "TimeEstimate", "describe_results", "estimate_profile_time", "run_choices",
     "decode_at_scale", "eos_probability_traces", "evaluate_trained", "load_or_run", "load_trained", "rnt_grid",
     "run_experiment", "run_suite", "suite_configs",

@@ -1,4 +1,5 @@
-"""Training checkpoints as safetensors files (Chapter 6, 06_wikitext, and Chapter 7, 07_gpt2).
+"""Training checkpoints as safetensors files: what the one training loop
+(:mod:`nmst_lib.experiments.trainer`) writes and resumes from for every family (Chapters 6-9).
 
 A checkpoint payload is a nested structure of tensors, numbers, strings, ``None``, lists,
 tuples and dicts (with string, integer or other such keys: optimizer state is keyed by

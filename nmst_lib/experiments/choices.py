@@ -1,7 +1,8 @@
-"""What a reader of Chapter 6 (06_wikitext) can do with its results: see where the shown
-results come from (:func:`describe_results`), retrain them, or run the paper's settings, with
-an estimate of the time on the current device (:func:`estimate_profile_time`);
-:func:`run_choices` puts the three together as Markdown for the chapter (and for Colab).
+"""What a reader can do with the results a chapter shows: see where they come from
+(:func:`describe_results`, any family's stored results: Chapters 6, 7 and 9 call it), retrain
+them, or run the paper's settings with an estimate of the time on the current device
+(:func:`estimate_profile_time`, Chapter 6's RNN/LSTM suite); :func:`run_choices` puts the three
+together as Markdown for Chapter 6 (06_wikitext; and for Colab).
 
 The time estimate is a model, not a measurement of the whole suite. Training: epochs x
 (training tokens / training throughput + validation tokens / evaluation throughput), with the
@@ -228,9 +229,9 @@ def _sync(device: torch.device) -> None:
 def _measure(config: ExperimentConfig, vocab: int, seq_len: int, decode_rows: int, device: torch.device,
              train_steps: int, decode_steps: int) -> tuple[float, float]:
     """(training tokens/s, seconds per greedy decoding step at ``decode_rows`` rows) of
-    ``config``'s model on ``device``, on random tokens, as :func:`nmst_lib.experiments.train.train`
+    ``config``'s model on ``device``, on random tokens, as :func:`nmst_lib.experiments.trainer.train`
     runs it (AdamW, clipping, mixed precision on CUDA)."""
-    from .train import _autocast, autocast_dtype, build_model_for
+    from .trainer import _autocast, autocast_dtype, build_model_for
 
     gen = torch.Generator().manual_seed(0)
     model = build_model_for(config, vocab).to(device)
@@ -326,6 +327,122 @@ def _proxy_steps(committed: list[StoredResult], config: ExperimentConfig, decode
     return None
 
 
+def _data_sizes(profile: str, committed: list[StoredResult]) -> dict:
+    """The data sizes a profile's estimate uses: the official split (``paper``,
+    :data:`WIKITEXT2_SIZES`) or the data of the committed cpu results (``cpu``), with words
+    that say which."""
+    if profile == "paper":
+        return {"vocab": WIKITEXT2_SIZES["vocab_size"], "train_tokens": WIKITEXT2_SIZES["train_tokens"],
+                "valid_tokens": WIKITEXT2_SIZES["valid_tokens"], "n_valid": WIKITEXT2_SIZES["valid_contexts"],
+                "seq_len": WIKITEXT2_SIZES["mean_line_tokens"],
+                "words": ("the official WikiText-2 split (2,088,628 training and 217,646 validation tokens, "
+                          "vocabulary 33,278, 1,777 validation contexts)")}
+    cpu_data = committed[0].data["data"]
+    vocab = cpu_data["vocabulary"]["size"]
+    train_tokens = cpu_data["sequences"]["train"]["num_tokens"]
+    return {"vocab": vocab, "train_tokens": train_tokens,
+            "valid_tokens": cpu_data["sequences"]["valid"]["num_tokens"], "n_valid": None,
+            "seq_len": max(1, round(train_tokens / cpu_data["sequences"]["train"]["num_sequences"])),
+            "words": (f"the data of the committed cpu results ({train_tokens:,} training tokens, vocabulary "
+                      f"{vocab:,}; with the official training split, reachable through the Hugging Face hub, "
+                      f"training takes about {WIKITEXT2_SIZES['train_tokens'] / train_tokens:.1f} times longer)")}
+
+
+def _speeds(configs, sizes: dict, rate: float, measure: bool, device, train_steps: int,
+            decode_steps: int) -> dict:
+    """Per arch: (training tokens/s, seconds per greedy decoding step at the reference rows,
+    the reference rows), measured on ``device`` or scaled from the committed ``rate``."""
+    speeds = {}
+    for c in configs:
+        if c.arch in speeds:
+            continue
+        rows = min(c.num_decode_contexts or sizes["n_valid"] or 1, c.decode_batch_size)
+        macs = _macs_per_token(c.arch, c.hidden, c.layers, sizes["vocab"])
+        if measure:
+            ref = c.replace(head="nmst", eps=c.eps or 1e-4, decoders=("greedy",))
+            tps, step = _measure(ref, sizes["vocab"], sizes["seq_len"], rows, device, train_steps, decode_steps)
+        else:
+            tps, step = rate / (6 * macs), rows * 2 * macs / rate
+        speeds[c.arch] = (tps, step, rows)
+    return speeds
+
+
+def _decode_seconds(c: ExperimentConfig, speed: tuple, committed, n_valid) -> tuple[float, float]:
+    """(low, high) seconds of decoding run ``c`` with every decoder: batches of contexts x the
+    steps a batch runs (see the module docstring) x the time of a step."""
+    _, step, ref_rows = speed
+    d_lo = d_hi = 0.0
+    for name in c.decoders:
+        spec = parse_decoder(name)
+        greedy = name == "greedy"
+        n_ctx = (c.num_decode_contexts if greedy else (c.num_decode_contexts_nongreedy or c.num_decode_contexts))
+        n_ctx = n_ctx or n_valid or 1
+        L = c.decode_max_len if greedy else (c.decode_max_len_nongreedy or c.decode_max_len)
+        beam = spec.beam_size or 1
+        if c.head == "va":
+            cap = L
+        else:
+            half = first_step_eos_above_half(c.eps)
+            cap = min(L, half + (beam if spec.method == "beam" else SAMPLING_MARGIN if spec.sampling else 0))
+        if spec.method == "beam":
+            low = cap  # beam search runs until beam_size hypotheses finish: no cheaper proxy
+        else:
+            proxy = _proxy_steps(committed, c, name)
+            low = cap if proxy is None else min(cap, proxy)
+        batches = math.ceil(n_ctx / c.decode_batch_size)
+        rows = min(n_ctx, c.decode_batch_size) * beam
+        step_time = step * rows / ref_rows * (BEAM_OVERHEAD if spec.method == "beam" else 1.0)
+        d_lo += batches * low * step_time
+        d_hi += batches * cap * step_time
+    return d_lo, d_hi
+
+
+def _derivation(configs, sizes: dict, speeds: dict, rate: float, measure: bool, device,
+                train_steps: int, decode_steps: int) -> str:
+    """The words of a :class:`TimeEstimate` that say how it was made."""
+    speed_words = "; ".join(f"{a.upper()}: {tps:,.0f} training tokens/s, {step * 1e3:.1f} ms per greedy step "
+                            f"at {rows} rows" for a, (tps, step, rows) in speeds.items())
+    if measure:
+        how = (f"Throughputs measured on {_device_words(device)}: {train_steps} training steps (batch "
+               f"{configs[0].batch_size} x {sizes['seq_len']} random tokens, the NMST layer, AdamW, mixed precision "
+               f"on CUDA) and {decode_steps} greedy steps of each architecture at the profile's sizes "
+               f"({speed_words}).")
+    else:
+        how = (f"Throughputs scaled, not measured: the committed cpu runs trained at a median "
+               f"{rate / 1e9:.0f} GFLOP/s (their train_seconds, one thread each on a 2-core CPU), and each "
+               f"size here is converted by its multiply-adds per token ({speed_words}). A GPU, or more "
+               f"threads, is faster; pass measure=True to time this device.")
+    return (
+        f"{how} Data: {sizes['words']}. Training: between {min(c.patience + 1 for c in configs)} epochs (the "
+        f"earliest early stop) and {max(c.max_epochs for c in configs)} epochs per run, each a pass over the "
+        f"training tokens plus a forward pass over the validation tokens (a third of a training token each). "
+        f"Decoding: for every decoder, the batches of contexts x the steps a batch runs (low: the longest "
+        f"continuation of the matching committed cpu run, or the cap when some continuation there never stopped; "
+        f"high: the cap, L for VA, t_1/2, t_1/2 + B or t_1/2 + {SAMPLING_MARGIN} for ST/NMST; beam search always "
+        f"the cap) x the time of a step, proportional to the rows (x {BEAM_OVERHEAD} for beam search). Left out: "
+        f"data loading and tokenisation, checkpoints, the per-token eos traces, and rows leaving a batch as they "
+        f"finish (which makes real decoding cheaper than the high end). It is an estimate: expect the truth "
+        f"within a factor of about two of this range.")
+
+
+def _estimate_configs(profile: str, configs, train_steps: int, decode_steps: int) -> list[ExperimentConfig]:
+    """Check :func:`estimate_profile_time`'s arguments; the validated configs to estimate."""
+    from .runs import suite_configs
+
+    if profile not in ("cpu", "paper"):
+        raise ValueError(f"profile must be 'cpu' or 'paper' (the quick profile takes seconds), got {profile!r}")
+    for name, value in (("train_steps", train_steps), ("decode_steps", decode_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    configs = list(suite_configs(profile) if configs is None else configs)
+    if not configs:
+        raise ValueError("configs is empty: pass at least one config of the profile")
+    configs = [validate_config(c) for c in configs]
+    if any(c.profile != profile for c in configs):
+        raise ValueError(f"every config must be of profile {profile!r}, got {sorted({c.profile for c in configs})}")
+    return configs
+
+
 def estimate_profile_time(profile: str = "paper", device=None, *, measure: bool | None = None,
                           configs: Sequence[ExperimentConfig] | None = None, train_steps: int = 3,
                           decode_steps: int = 20) -> TimeEstimate:
@@ -339,113 +456,28 @@ def estimate_profile_time(profile: str = "paper", device=None, *, measure: bool 
     on a CPU the paper-size LSTM needs about 10 s); otherwise scale from the committed cpu
     runs. ``configs``: a subset of the suite (e.g. one run), all of ``profile``.
     """
-    from .runs import suite_configs
-
-    if profile not in ("cpu", "paper"):
-        raise ValueError(f"profile must be 'cpu' or 'paper' (the quick profile takes seconds), got {profile!r}")
     device = torch.device(device) if device is not None else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
     if measure is None:
         measure = device.type == "cuda"
     if not isinstance(measure, bool):
         raise TypeError(f"measure must be True, False or None (measure on a GPU only), got {measure!r}")
-    for name, value in (("train_steps", train_steps), ("decode_steps", decode_steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    configs = list(suite_configs(profile) if configs is None else configs)
-    if not configs:
-        raise ValueError("configs is empty: pass at least one config of the profile")
-    configs = [validate_config(c) for c in configs]
-    if any(c.profile != profile for c in configs):
-        raise ValueError(f"every config must be of profile {profile!r}, got {sorted({c.profile for c in configs})}")
-
+    configs = _estimate_configs(profile, configs, train_steps, decode_steps)
     rate, committed = _committed_rate()
-    cpu_data = committed[0].data["data"]
-    if profile == "paper":
-        vocab, train_tokens = WIKITEXT2_SIZES["vocab_size"], WIKITEXT2_SIZES["train_tokens"]
-        valid_tokens, n_valid = WIKITEXT2_SIZES["valid_tokens"], WIKITEXT2_SIZES["valid_contexts"]
-        seq_len = WIKITEXT2_SIZES["mean_line_tokens"]
-        data_words = ("the official WikiText-2 split (2,088,628 training and 217,646 validation tokens, "
-                      "vocabulary 33,278, 1,777 validation contexts)")
-    else:
-        vocab = cpu_data["vocabulary"]["size"]
-        train_tokens = cpu_data["sequences"]["train"]["num_tokens"]
-        valid_tokens = cpu_data["sequences"]["valid"]["num_tokens"]
-        n_valid = None
-        seq_len = max(1, round(train_tokens / cpu_data["sequences"]["train"]["num_sequences"]))
-        data_words = (f"the data of the committed cpu results ({train_tokens:,} training tokens, vocabulary {vocab:,}; "
-                      f"with the official training split, reachable through the Hugging Face hub, training takes "
-                      f"about {WIKITEXT2_SIZES['train_tokens'] / train_tokens:.1f} times longer)")
-
-    speeds = {}  # arch -> (train tokens/s, seconds per decoding step at the reference rows)
-    for c in configs:
-        if c.arch in speeds:
-            continue
-        rows = min(c.num_decode_contexts or n_valid or 1, c.decode_batch_size)
-        macs = _macs_per_token(c.arch, c.hidden, c.layers, vocab)
-        if measure:
-            ref = c.replace(head="nmst", eps=c.eps or 1e-4, decoders=("greedy",))
-            tps, step = _measure(ref, vocab, seq_len, rows, device, train_steps, decode_steps)
-        else:
-            tps, step = rate / (6 * macs), rows * 2 * macs / rate
-        speeds[c.arch] = (tps, step, rows)
-
+    sizes = _data_sizes(profile, committed)
+    speeds = _speeds(configs, sizes, rate, measure, device, train_steps, decode_steps)
     per_run, train_total, decode_total = {}, [0.0, 0.0], [0.0, 0.0]
     for c in configs:
-        tps, step, ref_rows = speeds[c.arch]
-        epoch = train_tokens / tps + valid_tokens / (3 * tps)
+        tps = speeds[c.arch][0]
+        epoch = sizes["train_tokens"] / tps + sizes["valid_tokens"] / (3 * tps)
         t_lo, t_hi = min(c.max_epochs, c.patience + 1) * epoch, c.max_epochs * epoch
-        d_lo = d_hi = 0.0
-        for name in c.decoders:
-            spec = parse_decoder(name)
-            greedy = name == "greedy"
-            n_ctx = (c.num_decode_contexts if greedy else (c.num_decode_contexts_nongreedy or c.num_decode_contexts))
-            n_ctx = n_ctx or n_valid or 1
-            L = c.decode_max_len if greedy else (c.decode_max_len_nongreedy or c.decode_max_len)
-            beam = spec.beam_size or 1
-            if c.head == "va":
-                cap = L
-            else:
-                half = first_step_eos_above_half(c.eps)
-                cap = min(L, half + (beam if spec.method == "beam" else SAMPLING_MARGIN if spec.sampling else 0))
-            if spec.method == "beam":
-                low = cap  # beam search runs until beam_size hypotheses finish: no cheaper proxy
-            else:
-                proxy = _proxy_steps(committed, c, name)
-                low = cap if proxy is None else min(cap, proxy)
-            batches = math.ceil(n_ctx / c.decode_batch_size)
-            rows = min(n_ctx, c.decode_batch_size) * beam
-            step_time = step * rows / ref_rows * (BEAM_OVERHEAD if spec.method == "beam" else 1.0)
-            d_lo += batches * low * step_time
-            d_hi += batches * cap * step_time
+        d_lo, d_hi = _decode_seconds(c, speeds[c.arch], committed, sizes["n_valid"])
         per_run[c.key] = (t_lo + d_lo, t_hi + d_hi)
         train_total[0] += t_lo
         train_total[1] += t_hi
         decode_total[0] += d_lo
         decode_total[1] += d_hi
-
-    speed_words = "; ".join(f"{a.upper()}: {tps:,.0f} training tokens/s, {step * 1e3:.1f} ms per greedy step "
-                            f"at {rows} rows" for a, (tps, step, rows) in speeds.items())
-    if measure:
-        how = (f"Throughputs measured on {_device_words(device)}: {train_steps} training steps (batch "
-               f"{configs[0].batch_size} x {seq_len} random tokens, the NMST layer, AdamW, mixed precision on "
-               f"CUDA) and {decode_steps} greedy steps of each architecture at the profile's sizes ({speed_words}).")
-    else:
-        how = (f"Throughputs scaled, not measured: the committed cpu runs trained at a median "
-               f"{rate / 1e9:.0f} GFLOP/s (their train_seconds, one thread each on a 2-core CPU), and each "
-               f"size here is converted by its multiply-adds per token ({speed_words}). A GPU, or more "
-               f"threads, is faster; pass measure=True to time this device.")
-    derivation = (
-        f"{how} Data: {data_words}. Training: between {min(c.patience + 1 for c in configs)} epochs (the earliest "
-        f"early stop) and {max(c.max_epochs for c in configs)} epochs per run, each a pass over the training "
-        f"tokens plus a forward pass over the validation tokens (a third of a training token each). Decoding: for "
-        f"every decoder, the batches of contexts x the steps a batch runs (low: the longest continuation of the "
-        f"matching committed cpu run, or the cap when some continuation there never stopped; high: the cap, L for "
-        f"VA, t_1/2, t_1/2 + B or t_1/2 + {SAMPLING_MARGIN} for ST/NMST; beam search always the cap) x the time of "
-        f"a step, proportional to the rows (x {BEAM_OVERHEAD} for beam search). Left out: data loading and "
-        f"tokenisation, checkpoints, the per-token eos traces, and rows leaving a batch as they finish (which "
-        f"makes real decoding cheaper than the high end). It is an estimate: expect the truth within a factor of "
-        f"about two of this range.")
+    derivation = _derivation(configs, sizes, speeds, rate, measure, device, train_steps, decode_steps)
     return TimeEstimate(profile, _device_words(device), len(configs), tuple(train_total), tuple(decode_total),
                         "measured" if measure else "scaled", derivation, per_run)
 

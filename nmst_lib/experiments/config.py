@@ -422,7 +422,9 @@ def _check_number(value, name):
 
 def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     """Check every field and return the config with normalised names; raises ValueError /
-    TypeError saying what to change (before any data is loaded or any training starts)."""
+    TypeError saying what to change (before any data is loaded or any training starts). Longer
+    than most functions because it is a flat list of independent checks, one per field in the
+    order of the fields; the GPT-2 and Chapter 9 fields have their own functions."""
     if not isinstance(config, ExperimentConfig):
         raise TypeError(f"expected an ExperimentConfig, got {type(config).__name__}")
     changes = {}
@@ -513,7 +515,8 @@ def _validate_temperature(config: ExperimentConfig, arch: str, head: str) -> dic
     ``temperature_rank`` (Q of W1 W2, a positive integer), ``loss_scaling`` (Sec. 3.3) and
     ``mixtures`` (M of the mixture of softmaxes, eq. 3 and 6). Fills the normalisation's
     defaults (``nmst_lib.temperature.temperature_defaults``) and the rank ``hidden // 2``. Returns
-    the normalised values; raises ValueError / TypeError saying what is allowed."""
+    the normalised values; raises ValueError / TypeError saying what is allowed. One flat list of
+    checks, in the order of the fields (hence its length)."""
     changes = {}
     mixtures = config.mixtures
     if isinstance(mixtures, bool) or not isinstance(mixtures, int) or mixtures < 1:

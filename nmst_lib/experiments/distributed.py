@@ -2,7 +2,7 @@
 launched by ``torchrun`` (``torch.distributed.run``): the scale-out path of Chapter 7 (07_gpt2),
 where GPT-2 is fine-tuned as in Choi, Cho, Lee (2023) Sec. 4.2 and App. D.
 
-The training loop (:func:`nmst_lib.experiments.train.train`) is the same for one process and
+The training loop (:func:`nmst_lib.experiments.trainer.train`) is the same for one process and
 for many. What changes with ``world_size`` processes:
 
 * every global batch (the same on every process: the batch order depends only on the seed and

@@ -4,7 +4,7 @@ profiles.
 
 Models: GPT-2 (:class:`nmst_lib.models.GPT2LM`) with a vanilla softmax (VA), self-terminating (ST)
 or non-monotonic self-terminating (NMST) output layer, trained by the ONE training loop of the
-library (:func:`nmst_lib.experiments.train.train`), decoded and stored by Chapter 6's pipeline
+library (:func:`nmst_lib.experiments.trainer.train`), decoded and stored by Chapter 6's pipeline
 (:func:`nmst_lib.experiments.runs.run_experiment` / :func:`~nmst_lib.experiments.runs.load_or_run`):
 this module only says which configs form the suite (:func:`gpt2_suite_configs`), runs them
 (:func:`run_gpt2_suite`), reads them back (:func:`load_gpt2_results`) and turns stored results
@@ -46,11 +46,9 @@ if they were):
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from .config import (
     GPT2_CPU_EPS,
@@ -58,17 +56,20 @@ from .config import (
     PAPER_EPS,
     PROFILES,
     ExperimentConfig,
+    config_from_dict,
+    config_hash,
     make_config,
 )
-from .results import CURRENT, StoredResult, load_result, save_result
-from .runs import evaluate_trained, pending_configs, run_experiment
-from .train import default_device, train
+from .family import Family, register, run_family_suite
+from .results import GPT2_FOLDER, RESULT_SCHEMA, StoredResult, current_records
+from .runs import describe_run, run_experiment
 
 __all__ = [
     "WELLECK_EPS",
     "WELLECK_L",
     "TABLE4_DECODERS",
     "EXAMPLE_TOKENS",
+    "GPT2",
     "gpt2_suite_configs",
     "run_gpt2_suite",
     "load_gpt2_results",
@@ -146,74 +147,41 @@ def gpt2_suite_configs(profile: str) -> list[ExperimentConfig]:
     return configs
 
 
-def _only_filter(only) -> Callable[[ExperimentConfig], bool] | None:
-    if only is None:
-        return None
-    if isinstance(only, str):
-        if not only:
-            raise ValueError("only must be a non-empty part of a key (e.g. 'nmst-eps5e-4'), a callable, or None")
-        return lambda c: only in c.key
-    if callable(only):
-        return only
-    raise TypeError(f"only must be a part of a key (str), a callable taking an ExperimentConfig, or None; got {only!r}")
-
-
-def run_gpt2_suite(profile: str, *, results_dir=None, only=None, force: bool = False, progress: bool = True,
-                   log: Callable[[str], None] | None = None, checkpoint_dir=None, device=None,
-                   command: str | None = None) -> list[StoredResult]:
+def run_gpt2_suite(profile: str, *, results_dir=None, only=None, force: bool = False,
+                   progress: bool = True, log: Callable[[str], None] | None = None,
+                   checkpoint_dir=None, device=None, command: str | None = None,
+                   jobs: int = 1, threads: int | None = None) -> list[StoredResult]:
     """Train, decode and store every model of :func:`gpt2_suite_configs` whose stored result is
     not CURRENT (all of them with ``force``, retrained from scratch), through
     :func:`nmst_lib.experiments.runs.run_experiment` (Chapter 6's pipeline: one training loop,
-    resume from checkpoints, provenance); returns the stored results in suite order. ``only``: a
-    part of a key (e.g. ``"nmst"``) or a predicate on configs. Chapter 7 (07_gpt2).
+    resume from checkpoints, provenance); returns the stored results in suite order. ``only``:
+    comma-separated parts of keys (e.g. ``"nmst"``) or a predicate on configs. Chapter 7
+    (07_gpt2). The ``gpt2`` family through
+    :func:`~nmst_lib.experiments.family.run_family_suite`.
 
     Under ``torchrun`` (``WORLD_SIZE`` > 1; ``python -m nmst_lib gpt2 --nproc N``) every process
     first trains the models to do together (DistributedDataParallel, :mod:`.distributed`; rank 0
     writes the checkpoints); then rank 0 alone loads each finished checkpoint, decodes, evaluates
-    and stores it (:func:`~nmst_lib.experiments.runs.evaluate_trained`, the same evaluation as
-    ``run_experiment``), while the other processes are done. Decoding is not distributed."""
-    from .distributed import DistContext, init_distributed
-
-    say = log or (lambda msg: None)
-    keep = _only_filter(only)
-    if not isinstance(force, bool):
-        raise TypeError(f"force must be True or False, got {force!r}")
-    configs = [c for c in gpt2_suite_configs(profile) if keep is None or keep(c)]
-    if not configs:
-        raise ValueError(f"no model of the {profile} GPT-2 suite matches only={only!r}; keys: "
-                         + ", ".join(c.key for c in gpt2_suite_configs(profile)))
-    ctx = init_distributed(device)
-    if not ctx.is_main:
-        say = lambda msg: None  # noqa: E731 - rank 0 speaks for all
-    device = ctx.device if ctx.distributed else (torch.device(device) if device is not None else default_device())
-    todo = pending_configs(configs, lambda c: load_result(c, results_dir), force=force, log=say, tag="gpt2",
-                           action="to run")
-    if ctx.distributed:
-        for config in todo:  # every process trains; rank 0 writes the checkpoint
-            train(config, checkpoint_dir=checkpoint_dir, resume=not force, progress=progress,
-                  log=log if ctx.is_main else None, dist=ctx)
-        if not ctx.is_main:
-            return [load_result(c, results_dir) for c in configs]
-    for config in todo:
-        started = time.perf_counter()
-        if ctx.distributed:  # rank 0: the finished checkpoint (nothing is trained), then the usual evaluation
-            run = train(config, checkpoint_dir=checkpoint_dir, resume=True, progress=False, log=log,
-                        dist=DistContext(device=device))
-            save_result(evaluate_trained(run, progress=progress, log=log, command=command, started=started),
-                        config, results_dir)
-            done = load_result(config, results_dir)
-        else:
-            done = run_experiment(config, results_dir=results_dir, checkpoint_dir=checkpoint_dir, resume=not force,
-                                  device=device, progress=progress, log=log, command=command)
-        say(f"[gpt2] {config.key}: {done.status} in {time.perf_counter() - started:.0f} s -> {done.path}")
-    return [load_result(c, results_dir) for c in configs]
+    and stores it (the same evaluation as ``run_experiment``), while the other processes are
+    done. Decoding is not distributed."""
+    return run_family_suite(GPT2, profile, only=only, force=force, results_dir=results_dir,
+                            checkpoint_dir=checkpoint_dir, device=device, progress=progress,
+                            log=log, command=command, jobs=jobs, threads=threads)
 
 
 def load_gpt2_results(profile: str = "cpu", results_dir=None) -> list[StoredResult]:
     """The stored results of every model of :func:`gpt2_suite_configs` at ``profile`` (CURRENT,
     STALE or MISSING; nothing is run), in suite order. Chapter 7 (07_gpt2) reads its tables and
     figures through this (the cpu results ship in ``nmst_lib/published_results/gpt2/``)."""
-    return [load_result(c, results_dir) for c in gpt2_suite_configs(profile)]
+    return GPT2.load_all(profile, results_dir)
+
+
+GPT2 = register(Family(
+    name="gpt2", title="GPT-2", chapter="07_gpt2", schema=RESULT_SCHEMA, folder=GPT2_FOLDER,
+    config_type=ExperimentConfig, configs=gpt2_suite_configs, config_hash=config_hash,
+    config_from_dict=config_from_dict, run=run_experiment, describe=describe_run,
+    missing_hint="run it (`python -m nmst_lib suite gpt2`)", distributed=True))
+"""Chapter 7's family (07_gpt2): GPT-2 with VA/ST/NMST output layers, results in ``gpt2/``."""
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -221,20 +189,7 @@ def load_gpt2_results(profile: str = "cpu", results_dir=None) -> list[StoredResu
 
 def _records(results) -> list[dict]:
     """The data of the CURRENT results among ``results`` (StoredResults or result dicts)."""
-    if isinstance(results, (StoredResult, Mapping)):
-        results = [results]
-    if isinstance(results, (str, bytes)) or not isinstance(results, Iterable):
-        raise TypeError(f"results must be StoredResults (load_gpt2_results) or result dicts, got {type(results).__name__}")
-    out = []
-    for r in results:
-        if isinstance(r, StoredResult):
-            if r.status != CURRENT or r.data is None:
-                continue
-            r = r.data
-        if not isinstance(r, Mapping) or "config" not in r:
-            raise TypeError(f"expected a StoredResult or a stored result dict (with 'config'), got {type(r).__name__}")
-        out.append(r)
-    return out
+    return current_records(results, need="config")
 
 
 def eps_text(eps: float) -> str:

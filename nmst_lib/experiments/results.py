@@ -1,6 +1,9 @@
-"""The results store: provenance-stamped JSON files, written atomically, read back with a
-clear CURRENT / STALE / MISSING status (Chapter 6, 06_wikitext; DESIGN.md "Results, profiles
-and honesty").
+"""The results store of every experiment family (Chapters 6-9; the families are described in
+:mod:`nmst_lib.experiments.family`): provenance-stamped JSON files, written atomically by ONE
+writer (:func:`write_result`), read back by ONE reader (:func:`read_result_file`) with a clear
+CURRENT / STALE / MISSING status, turned into table records by ONE builder
+(:func:`current_records`), stamped by ONE provenance builder (:func:`training_provenance`)
+(ARCHITECTURE.md "Results, profiles and honesty").
 
 Where results live:
 
@@ -34,6 +37,8 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,9 +71,13 @@ __all__ = [
     "TEMPERATURE_FOLDER",
     "result_folder",
     "result_path",
-    "read_chapter_result",
-    "write_chapter_result",
+    "read_result_file",
+    "write_result",
+    "candidate_paths",
     "load_first_current",
+    "current_records",
+    "training_provenance",
+    "training_seeds",
     "atomic_write_bytes",
     "write_json_atomic",
     "save_result",
@@ -134,7 +143,7 @@ GPT2_FOLDER = "gpt2"
 """Sub-folder of a results directory for the GPT-2 results of Chapter 7 (07_gpt2)."""
 TEMPERATURE_FOLDER = "temperature"
 """Sub-folder of a results directory for the contextual-temperature results of Chapter 9
-(09_temperature; Contextual Temperature (2020)), written by ``nmst_lib.experiments.temperature``
+(09_temperature; Contextual Temperature (2020)), written by ``nmst_lib.experiments.temperature_suite``
 (one JSON per model, its own schema). A contextual-temperature config run through Chapter 6's
 ``run``/``decode`` commands still goes to :data:`RNN_FOLDER`, under its own key (``...-ct-...``)."""
 
@@ -247,19 +256,6 @@ def refuse_dirty_publication(result: dict, path: str | os.PathLike) -> dict:
     return {**result, "provenance": {**provenance, "dirty_forced": True}}
 
 
-def save_result(result: dict, config: ExperimentConfig, results_dir=None) -> Path:
-    """Stamp ``result`` with the config (dict + hash + key), then write it atomically to
-    :func:`result_path`. Returns the path. A result made from uncommitted code is refused in the
-    published folder (:func:`refuse_dirty_publication`)."""
-    config = validate_config(config)
-    stamped = {"schema": RESULT_SCHEMA, "key": config.key, "config_hash": config_hash(config),
-               "config": config.to_dict(), "profile": config.profile}
-    stamped.update({k: v for k, v in result.items() if k not in stamped})
-    path = result_path(config, results_dir)
-    write_json_atomic(path, refuse_dirty_publication(stamped, path))
-    return path
-
-
 @dataclass
 class StoredResult:
     """What :func:`load_result` found: ``status`` is ``"current"``, ``"stale"`` or
@@ -285,9 +281,25 @@ class StoredResult:
         return f"StoredResult({self.status.upper()}{where}: {self.path.name}; {self.message})"
 
 
+def _flat(config: dict) -> dict:
+    """``config`` with the fields of its dict-valued parts spelled ``part.field`` (the
+    ``model`` and ``evaluation`` parts of Chapters 8 and 9's configs); flat configs unchanged."""
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
 def _config_diff(stored: dict, current: dict) -> list[str]:
+    """``field: stored X != current Y`` for every field (``part.field`` in a nested config)
+    whose value differs between ``stored`` and ``current``."""
+    stored, current = _flat(stored), _flat(current)
     keys = sorted(set(stored) | set(current))
-    return [f"{k}: stored {stored.get(k, '<absent>')!r} != current {current.get(k, '<absent>')!r}"
+    return [f"{k}: stored {stored.get(k, '<absent>')!r} != current "
+            f"{current.get(k, '<absent>')!r}"
             for k in keys if stored.get(k, "<absent>") != current.get(k, "<absent>")]
 
 
@@ -299,86 +311,52 @@ def _source_of(path: Path) -> str:
     return PUBLISHED if path.resolve().is_relative_to(published) else LOCAL
 
 
-def _read_result(config: ExperimentConfig, path: Path) -> StoredResult:
+def read_result_file(path: Path, schema: str, want: str, current: dict) -> StoredResult:
+    """THE reader of a result file, for every experiment family (Chapters 6-9; see
+    :mod:`nmst_lib.experiments.family`): STALE when the file's ``schema`` is not ``schema`` or
+    its ``config_hash`` is not ``want`` (the message names the fields of ``current``, the
+    config's ``to_dict()``, that differ), else CURRENT. An unreadable file raises ValueError
+    saying to delete it and re-run."""
+    path = Path(path)
     source = _source_of(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise ValueError(f"result file {path} is unreadable ({err}); delete it and re-run the experiment") from err
+        raise ValueError(f"result file {path} is unreadable ({err}); delete it and "
+                         "re-run the experiment") from err
     if not isinstance(data, dict):
-        raise ValueError(f"result file {path} holds a JSON {type(data).__name__}, not a result object; "
-                         f"delete it and re-run the experiment")
-    want = config_hash(config)
-    stored_hash = data.get("config_hash")
-    if data.get("schema") != RESULT_SCHEMA:
-        return StoredResult(STALE, path, data, f"STALE: schema {data.get('schema')!r}, code expects {RESULT_SCHEMA!r}",
-                            source)
-    if stored_hash != want:
-        diff = _config_diff(data.get("config", {}), config.to_dict())
-        why = "; ".join(diff) if diff else "same fields, different config schema version"
-        return StoredResult(STALE, path, data, f"STALE: config hash {stored_hash} != current {want} ({why})", source)
-    return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
-
-
-def read_chapter_result(path: Path, schema: str, want: str, current: dict) -> StoredResult:
-    """Read the result file ``path`` of a chapter whose configs have a ``model`` and an
-    ``evaluation`` part (Chapter 8's :class:`~nmst_lib.experiments.sparse.SparseConfig`, Chapter
-    9's ``TemperatureConfig``): STALE when its ``schema`` is not ``schema`` or its ``config_hash``
-    is not ``want`` (saying which fields of ``current``, the config's ``to_dict()``, differ),
-    else CURRENT. An unreadable file raises ValueError saying to delete it and re-run."""
-    source = _source_of(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"result file {path} is unreadable ({err}); delete it and re-run the experiment") from err
-    if not isinstance(data, dict):
-        raise ValueError(f"result file {path} holds a JSON {type(data).__name__}, not a result object")
+        raise ValueError(f"result file {path} holds a JSON {type(data).__name__}, not a "
+                         "result object; delete it and re-run the experiment")
     if data.get("schema") != schema:
-        return StoredResult(STALE, path, data, f"STALE: schema {data.get('schema')!r}, code expects {schema!r}",
-                            source)
-    if data.get("config_hash") != want:
-        stored = data.get("config", {})
-        diff = []
-        for part in ("model", "evaluation"):
-            s, c = stored.get(part, {}), current[part]
-            diff += [f"{part}.{k}: stored {s.get(k, '<absent>')!r} != current {c.get(k, '<absent>')!r}"
-                     for k in sorted(set(s) | set(c)) if s.get(k, "<absent>") != c.get(k, "<absent>")]
-        why = "; ".join(diff) if diff else "same fields, different schema version"
-        return StoredResult(STALE, path, data, f"STALE: config hash {data.get('config_hash')} != current {want} "
-                            f"({why})", source)
+        return StoredResult(STALE, path, data, f"STALE: schema {data.get('schema')!r}, "
+                            f"code expects {schema!r}", source)
+    stored_hash = data.get("config_hash")
+    if stored_hash != want:
+        diff = _config_diff(data.get("config", {}), current)
+        why = "; ".join(diff) if diff else "same fields, different config schema version"
+        return StoredResult(STALE, path, data, f"STALE: config hash {stored_hash} != "
+                            f"current {want} ({why})", source)
     return StoredResult(CURRENT, path, data, f"current (config hash {want})", source)
 
 
-def write_chapter_result(result: dict, path: Path, *, schema: str, key: str, config_hash: str, config: dict,
-                         profile: str) -> Path:
-    """Write ``result`` atomically to ``path``, stamped first with ``schema``, ``key``, ``config_hash``,
-    ``config`` (the config's ``to_dict()``) and ``profile`` (keys of ``result`` with those names are not
-    copied): the writer that matches :func:`read_chapter_result` (Chapters 8 and 9's stores). A result
-    made from uncommitted code is refused in the published folder (:func:`refuse_dirty_publication`)."""
-    stamped = {"schema": schema, "key": key, "config_hash": config_hash, "config": config, "profile": profile}
+def write_result(result: dict, path: Path, *, schema: str, key: str, config_hash: str,
+                 config: dict, profile: str) -> Path:
+    """THE writer of a result file (every family, Chapters 6-9): ``result`` stamped first with
+    ``schema``, ``key``, ``config_hash``, ``config`` (the config's ``to_dict()``) and
+    ``profile`` (keys of ``result`` with those names are not copied), written atomically to
+    ``path``; the match of :func:`read_result_file`. A result made from uncommitted code is
+    refused in the published folder (:func:`refuse_dirty_publication`)."""
+    stamped = {"schema": schema, "key": key, "config_hash": config_hash, "config": config,
+               "profile": profile}
     stamped.update({k: v for k, v in result.items() if k not in stamped})
     write_json_atomic(path, refuse_dirty_publication(stamped, path))
     return path
 
 
-def load_first_current(candidates: list[Path], read, missing_hint: str) -> StoredResult:
-    """The first CURRENT result among the existing files of ``candidates`` (read with ``read(path)``),
-    else the first one found (STALE), else MISSING with a message that names the paths looked at and
-    ``missing_hint`` (how to produce the result). Chapters 8 and 9's stores."""
-    found = [read(p) for p in candidates if p.is_file()]
-    for stored in found:
-        if stored.status == CURRENT:
-            return stored
-    if found:
-        return found[0]
-    looked = " nor ".join(str(p) for p in candidates)
-    return StoredResult(MISSING, candidates[0], None, f"no result at {looked}; {missing_hint}")
-
-
 def candidate_paths(path_of, config, results_dir=None) -> list[Path]:
     """Where a stored result of ``config`` may be: ``path_of(config, results_dir)`` (the write
     folder) and, without ``results_dir``, the same name among the results published with the
-    library (when that is another file). Shared by Chapter 6's and Chapter 8's stores."""
+    library (when that is another file). Every family's store (Chapters 6-9)."""
     write_path = path_of(config, results_dir)
     candidates = [write_path]
     if results_dir is None:
@@ -391,8 +369,37 @@ def candidate_paths(path_of, config, results_dir=None) -> list[Path]:
     return candidates
 
 
+def load_first_current(candidates: list[Path], read, missing_hint: str) -> StoredResult:
+    """The first CURRENT result among the existing files of ``candidates`` (each read with
+    ``read(path)``, e.g. :func:`read_result_file`), else the first one found (STALE, its message
+    naming a second STALE file), else MISSING with a message that names the paths looked at and
+    ``missing_hint`` (how to produce the result). Every family's store (Chapters 6-9)."""
+    found = [read(p) for p in candidates if p.is_file()]
+    for stored in found:
+        if stored.status == CURRENT:
+            return stored
+    if found:
+        stale = found[0]
+        if len(found) > 1:
+            stale.message += f" (also STALE: {found[1].path})"
+        return stale
+    looked = " nor ".join(str(p) for p in candidates)
+    return StoredResult(MISSING, candidates[0], None, f"no result at {looked}; {missing_hint}")
+
+
+def save_result(result: dict, config: ExperimentConfig, results_dir=None) -> Path:
+    """Stamp ``result`` with the config (dict + hash + key), then write it atomically to
+    :func:`result_path` (:func:`write_result`). Returns the path. A result made from
+    uncommitted code is refused in the published folder (:func:`refuse_dirty_publication`).
+    Chapters 6 and 7's store (:class:`~nmst_lib.experiments.config.ExperimentConfig`)."""
+    config = validate_config(config)
+    return write_result(result, result_path(config, results_dir), schema=RESULT_SCHEMA,
+                        key=config.key, config_hash=config_hash(config),
+                        config=config.to_dict(), profile=config.profile)
+
+
 def load_result(config: ExperimentConfig, results_dir=None) -> StoredResult:
-    """The stored result for ``config`` with its status and source (Chapter 6, 06_wikitext).
+    """The stored result for ``config`` with its status and source (Chapters 6 and 7's store).
 
     With ``results_dir``, only :func:`result_path` (``<results_dir>/wikitext2/<key>.json``, or
     ``<results_dir>/gpt2/<key>.json`` for GPT-2, Chapter 7) is read. Without it, the
@@ -407,19 +414,61 @@ def load_result(config: ExperimentConfig, results_dir=None) -> StoredResult:
     unreadable file raises ``ValueError`` naming it.
     """
     config = validate_config(config)
-    candidates = candidate_paths(result_path, config, results_dir)
-    write_path = candidates[0]
-    found = [_read_result(config, p) for p in candidates if p.is_file()]
-    for stored in found:
-        if stored.status == CURRENT:
-            return stored
-    if found:
-        stale = found[0]
-        if len(found) > 1:
-            stale.message += f" (also STALE: {found[1].path})"
-        return stale
-    looked = " nor ".join(str(p) for p in candidates)
-    return StoredResult(MISSING, write_path, None, f"no result at {looked}; run it (load_or_run or the CLI)")
+    want, current = config_hash(config), config.to_dict()
+    return load_first_current(candidate_paths(result_path, config, results_dir),
+                              lambda p: read_result_file(p, RESULT_SCHEMA, want, current),
+                              "run it (load_or_run or the CLI)")
+
+
+def current_records(results, *, need: str | None = None) -> list[dict]:
+    """The result dicts of the CURRENT results among ``results`` (one or many
+    :class:`StoredResult` or result dicts; STALE and MISSING ones are left out, never shown as
+    if they were current): THE records builder of every family's tables (Chapters 6-9). With
+    ``need``, every record must hold that key (e.g. ``"config"``). Raises TypeError for anything
+    else."""
+    if isinstance(results, (StoredResult, Mapping)):
+        results = [results]
+    if isinstance(results, (str, bytes)) or not isinstance(results, Iterable):
+        raise TypeError(f"results must be StoredResults or result dicts, got "
+                        f"{type(results).__name__}")
+    out = []
+    for r in results:
+        if isinstance(r, StoredResult):
+            if r.status != CURRENT or r.data is None:
+                continue
+            r = r.data
+        if r is None:
+            continue
+        if not isinstance(r, Mapping) or (need is not None and need not in r):
+            what = f"a stored result dict (with {need!r})" if need else "a result dict"
+            raise TypeError(f"expected a StoredResult or {what}, got {type(r).__name__}")
+        out.append(r)
+    return out
+
+
+def training_provenance(run, *, command: str | None = None,
+                        started: float | None = None) -> dict:
+    """THE provenance block of a result (every family, Chapters 6-9): the code
+    (:func:`code_version`), the machine (:func:`environment_info` of the run's device), the
+    command, the date, the training seconds of ``run`` (a
+    :class:`~nmst_lib.experiments.trainer.TrainedRun`), the wall seconds since ``started`` (a
+    ``time.perf_counter()``; None without it) and where training resumed from."""
+    return {
+        **code_version(),
+        **environment_info(run.device),
+        "command": command or command_line(),
+        "date_utc": utc_now(),
+        "train_seconds": run.train_seconds,
+        "wall_seconds": (time.perf_counter() - started) if started is not None else None,
+        "resumed_from": run.resumed_from,
+    }
+
+
+def training_seeds(config: ExperimentConfig) -> dict:
+    """The seeds of a trained model for a result's ``seeds`` block (every family): python,
+    numpy and torch (``config.seed``) and the data order."""
+    return {"python": config.seed, "numpy": config.seed, "torch": config.seed,
+            "data_order": f"torch.Generator seeded with seed * 1000003 + epoch (seed {config.seed})"}
 
 
 def command_line() -> str:

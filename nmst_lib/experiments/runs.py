@@ -1,6 +1,8 @@
-"""Running experiments end to end: train, decode at scale (r_nt(L) curves, length
-distributions), per-token eos probabilities, provenance, the results store, and the suites
-that Chapter 6 (06_wikitext) shows (Choi, Cho, Lee (2023) Sec. 4.1, Figs. 2-4, 7-8, App. F-G).
+"""Running a language-model experiment end to end: train, decode at scale (r_nt(L) curves,
+length distributions), per-token eos probabilities, and the stored result with its provenance.
+Chapters 7-9 decode and evaluate through these functions too. This module registers the
+``wikitext2`` family (:mod:`nmst_lib.experiments.family`): the suite of RNN/LSTM runs that
+Chapter 6 (06_wikitext) shows (Choi, Cho, Lee (2023) Sec. 4.1, Figs. 2-4, 7-8, App. F-G).
 """
 
 from __future__ import annotations
@@ -15,31 +17,32 @@ import torch
 from .. import data as D
 from ..decoding import decode
 from ..metrics import length_histogram, rnt_curve
-from .._validation import check_positive_int
 from .config import (
     CPU_EPS,
     PAPER_EPS,
     ExperimentConfig,
     config_from_dict,
+    config_hash,
     make_config,
     parse_decoder,
     validate_config,
 )
+from .family import Family, register, run_family_suite
 from .results import (
     CURRENT,
+    RESULT_SCHEMA,
     StoredResult,
-    code_version,
-    command_line,
-    environment_info,
     load_result,
+    result_folder,
     save_result,
-    utc_now,
+    training_provenance,
+    training_seeds,
 )
-from .train import (
+from .distributed import DistContext
+from .trainer import (
     CheckpointError,
     TrainedRun,
     checkpoint_path,
-    default_device,
     load_checkpoint,
     train,
 )
@@ -56,8 +59,9 @@ __all__ = [
     "run_experiment",
     "load_or_run",
     "suite_configs",
-    "pending_configs",
     "run_suite",
+    "WIKITEXT2",
+    "describe_run",
 ]
 
 def rnt_grid(max_len: int, points: int = 60) -> list[int]:
@@ -141,7 +145,7 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
                     example_tokens: int = 60, progress: bool = False) -> dict:
     """r_nt(L) for every L in ``Ls`` (default :func:`rnt_grid`) and the length distribution of
     ``decoder``'s continuations of ``contexts``, from ONE decode per context to ``max_len``
-    (Choi, Cho, Lee (2023) eq. 11, Figs. 2 and 7; DESIGN.md r_nt(L); Chapter 6, 06_wikitext).
+    (Choi, Cho, Lee (2023) eq. 11, Figs. 2 and 7; ARCHITECTURE.md r_nt(L); Chapter 6, 06_wikitext).
 
     Contexts are decoded in chunks of ``batch_size`` (one :func:`nmst_lib.decoding.decode` call
     each; finished rows leave, so memory follows the unfinished rows) and the chunks' curves are
@@ -329,31 +333,24 @@ def evaluate_trained(run: TrainedRun, *, progress: bool = False, log: Callable[[
                                   "the decoded validation sequences"},
         "eos_probabilities": eos_probability_traces(model, data.valid, config.num_eos_lines),
         "data": data.description,
-        "seeds": {"python": config.seed, "numpy": config.seed, "torch": config.seed,
-                  "data_order": f"torch.Generator seeded with seed * 1000003 + epoch (seed {config.seed})",
-                  "sampling_decoders": config.seed, "decoding_contexts": 0,
-                  "substitute_split": config.substitute_seed},
-        "provenance": {
-            **code_version(),
-            **environment_info(run.device),
-            "command": command or command_line(),
-            "date_utc": utc_now(),
-            "train_seconds": run.train_seconds,
-            "wall_seconds": (time.perf_counter() - started) if started is not None else None,
-            "resumed_from": run.resumed_from,
-        },
+        "seeds": {**training_seeds(config), "sampling_decoders": config.seed,
+                  "decoding_contexts": 0, "substitute_split": config.substitute_seed},
+        "provenance": training_provenance(run, command=command, started=started),
     }
 
 
-def run_experiment(config: ExperimentConfig, *, results_dir=None, checkpoint_dir=None, resume: bool = True,
-                   device=None, progress: bool = True, log: Callable[[str], None] | None = None,
-                   command: str | None = None, checkpoint_every: int | None = None) -> StoredResult:
+def run_experiment(config: ExperimentConfig, *, results_dir=None, checkpoint_dir=None,
+                   resume: bool = True, device=None, progress: bool = True,
+                   log: Callable[[str], None] | None = None, command: str | None = None,
+                   checkpoint_every: int | None = None,
+                   dist: DistContext | None = None) -> StoredResult:
     """Train (or resume) ``config``, decode, evaluate and store the result JSON; returns the
-    stored result (status CURRENT). Chapter 6 (06_wikitext)."""
+    stored result (status CURRENT). The ``run`` of the ``wikitext2`` and ``gpt2`` families
+    (Chapters 6-7); ``dist`` as in :func:`~nmst_lib.experiments.trainer.train`."""
     config = validate_config(config)
     started = time.perf_counter()
-    run = train(config, checkpoint_dir=checkpoint_dir, resume=resume, device=device, progress=progress, log=log,
-                checkpoint_every=checkpoint_every)
+    run = train(config, checkpoint_dir=checkpoint_dir, resume=resume, device=device,
+                progress=progress, log=log, checkpoint_every=checkpoint_every, dist=dist)
     result = evaluate_trained(run, progress=progress, log=log, command=command, started=started)
     save_result(result, config, results_dir)
     return load_result(config, results_dir)
@@ -400,62 +397,28 @@ def suite_configs(profile: str) -> list[ExperimentConfig]:
     return configs
 
 
-def _run_suite_job(payload) -> str:
-    """One config of a parallel :func:`run_suite`, in its own process (logs with ``print``)."""
-    config_dict, kwargs, threads = payload
-    if threads:
-        torch.set_num_threads(threads)
-    config = config_from_dict(config_dict)
-    run_experiment(config, log=print, progress=False, **kwargs)
-    return config.key
-
-
-def pending_configs(configs, load, *, force: bool = False, log: Callable[[str], None] | None = None,
-                    tag: str = "suite", action: str = "running") -> list:
-    """The configs of a suite that must run: those whose stored result (``load(config)``, a
-    :class:`~nmst_lib.experiments.results.StoredResult`) is not CURRENT, or all of them with
-    ``force``. Says one line per config through ``log`` (``[tag i/n] key: current, skipped`` or
-    ``[tag i/n] key: missing, running``). The skip-or-queue step of every chapter's suite
-    (Chapters 6-9)."""
-    say = log or (lambda msg: None)
-    todo = []
-    for i, config in enumerate(configs, 1):
-        stored = load(config)
-        if stored.status == CURRENT and not force:
-            say(f"[{tag} {i}/{len(configs)}] {config.key}: current, skipped")
-        else:
-            say(f"[{tag} {i}/{len(configs)}] {config.key}: {stored.status}, {action}")
-            todo.append(config)
-    return todo
-
-
-def run_suite(profile: str, *, results_dir=None, checkpoint_dir=None, force: bool = False, device=None,
-              progress: bool = True, log: Callable[[str], None] | None = print, command: str | None = None,
-              only: Callable[[ExperimentConfig], bool] | None = None, jobs: int = 1,
+def run_suite(profile: str, *, results_dir=None, checkpoint_dir=None, force: bool = False,
+              device=None, progress: bool = True, log: Callable[[str], None] | None = print,
+              command: str | None = None, only=None, jobs: int = 1,
               threads: int | None = None) -> list[StoredResult]:
     """Run every config of :func:`suite_configs` whose stored result is not CURRENT (all of
-    them with ``force``), resuming from checkpoints; returns the stored results in order.
+    them with ``force``), resuming from checkpoints; returns the stored results in order: the
+    ``wikitext2`` family through :func:`~nmst_lib.experiments.family.run_family_suite`
+    (``only``, ``jobs``, ``threads`` as there; ``jobs=2, threads=1`` on a 2-core CPU is how
+    the committed cpu results were made)."""
+    return run_family_suite(WIKITEXT2, profile, only=only, force=force, results_dir=results_dir,
+                            checkpoint_dir=checkpoint_dir, device=device, progress=progress,
+                            log=log, command=command, jobs=jobs, threads=threads)
 
-    ``jobs > 1`` runs that many configs at once, each in its own process (spawned) with
-    ``threads`` torch threads (e.g. ``jobs=2, threads=1`` on a 2-core CPU, which is how the
-    committed cpu results were made); each config's numbers do not depend on ``jobs``."""
-    say = log or (lambda msg: None)
-    jobs = check_positive_int(jobs, "jobs")
-    device = torch.device(device) if device is not None else default_device()
-    configs = [c for c in suite_configs(profile) if only is None or only(c)]
-    todo = pending_configs(configs, lambda c: load_result(c, results_dir), force=force, log=say, tag="suite",
-                           action="queued" if jobs > 1 else "running")
-    kwargs = dict(results_dir=results_dir, checkpoint_dir=checkpoint_dir, resume=not force, command=command)
-    if jobs > 1 and len(todo) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        payloads = [(c.to_dict(), {**kwargs, "device": str(device)}, threads) for c in todo]
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = [pool.submit(_run_suite_job, payload) for payload in payloads]
-            for done, future in enumerate(as_completed(futures), 1):
-                say(f"[suite] {future.result()} finished ({done}/{len(todo)})")
-    else:
-        for config in todo:
-            run_experiment(config, device=device, progress=progress, log=log, **kwargs)
-    return [load_result(c, results_dir) for c in configs]
+def describe_run(config: ExperimentConfig) -> str:
+    """One line for ``--dry-run``: the decoders of a run (Chapters 6-7)."""
+    return f"decoders={','.join(config.decoders)}"
+
+
+WIKITEXT2 = register(Family(
+    name="wikitext2", title="WikiText-2", chapter="06_wikitext", schema=RESULT_SCHEMA, folder=result_folder,
+    config_type=ExperimentConfig, configs=suite_configs, config_hash=config_hash,
+    config_from_dict=config_from_dict, run=run_experiment, describe=describe_run,
+    missing_hint="run it (load_or_run or the CLI)", distributed=True))
+"""Chapter 6's family (06_wikitext): RNN/LSTM x VA/ST/NMST runs, results in ``wikitext2/``."""

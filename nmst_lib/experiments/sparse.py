@@ -1,7 +1,7 @@
 """Chapter 8 (08_sparse): the sparse-text-generation experiments of Martins et al. (2020) Sec. 5.1
 on WikiText-2, at the book's profiles, with an NMST-entmax model beside them.
 
-Models (one LSTM each, trained by :func:`nmst_lib.experiments.train.train`, the loop of Chapter 6,
+Models (one LSTM each, trained by :func:`nmst_lib.experiments.trainer.train`, the loop of Chapter 6,
 on the same data pipeline and, without the official training split, the same named substitute):
 
 * **softmax / NLL** (head ``va``): exactly Chapter 6's ``cpu-lstm-va-seed0`` training config (same
@@ -73,22 +73,18 @@ from .config import (
     training_hash,
     validate_config,
 )
+from .distributed import DistContext
+from .family import Family, register, run_family_suite
 from .results import (
     CURRENT,
     StoredResult,
-    candidate_paths,
-    code_version,
-    command_line,
-    default_results_dir,
-    environment_info,
-    load_first_current,
-    read_chapter_result,
-    write_chapter_result,
-    utc_now,
+    current_records,
+    training_provenance,
+    training_seeds,
     write_json_atomic,
 )
-from .runs import decode_at_scale, decoding_context_indices, pending_configs, sparse_histogram
-from .train import TrainedRun, _autocast, default_device, train
+from .runs import decode_at_scale, decoding_context_indices, sparse_histogram
+from .trainer import TrainedRun, _autocast, train
 
 __all__ = [
     "SPARSE_RESULT_SCHEMA",
@@ -98,13 +94,13 @@ __all__ = [
     "TEMPERATURE",
     "ENTMAX_ALPHAS",
     "NMST_ENTMAX_ALPHA",
+    "SPARSE",
     "SparseConfig",
     "sparse_config_hash",
     "sparse_config_from_dict",
     "sparse_suite_configs",
     "sparse_result_path",
     "load_sparse_result",
-    "sparse_results_status",
     "evaluate_sparse",
     "teacher_forced_metrics",
     "run_sparse",
@@ -331,12 +327,7 @@ def sparse_suite_configs(profile: str) -> list[SparseConfig]:
 def sparse_result_path(config: SparseConfig, results_dir=None) -> Path:
     """``<results_dir>/sparse/<key>.json`` (``results_dir`` defaults to
     :func:`~nmst_lib.experiments.results.default_results_dir`)."""
-    base = Path(results_dir) if results_dir is not None else default_results_dir()
-    return base / SPARSE_FOLDER / f"{config.key}.json"
-
-
-def _read_sparse(config: SparseConfig, path: Path) -> StoredResult:
-    return read_chapter_result(path, SPARSE_RESULT_SCHEMA, sparse_config_hash(config), config.to_dict())
+    return SPARSE.path(config, results_dir)
 
 
 def load_sparse_result(config: SparseConfig, results_dir=None) -> StoredResult:
@@ -344,14 +335,7 @@ def load_sparse_result(config: SparseConfig, results_dir=None) -> StoredResult:
     :func:`nmst_lib.experiments.results.load_result` for Chapter 6: with ``results_dir`` only
     that folder; without it the write folder first, then the results published with the library
     (``nmst_lib/published_results/sparse``). Chapter 8 (08_sparse)."""
-    return load_first_current(candidate_paths(sparse_result_path, config, results_dir),
-                              lambda p: _read_sparse(config, p),
-                              "run it (load_or_run_sparse or `python -m nmst_lib sparse`)")
-
-
-def sparse_results_status(config: SparseConfig, results_dir=None) -> str:
-    """``"current"``, ``"stale"`` or ``"missing"``."""
-    return load_sparse_result(config, results_dir).status
+    return SPARSE.load(SPARSE.check(config), results_dir)
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -381,6 +365,57 @@ def _support_stats(sizes: torch.Tensor) -> dict:
             "log2_histogram": {"bin_lower_edges": [2 ** i for i in range(len(bins))], "counts": bins.tolist()}}
 
 
+def _accumulate_decoder(a: dict, lp, y, decoder: str, eos: int, is_end, generator, seq_ids,
+                        cols) -> None:
+    """Add one batch of scored positions (log-probabilities ``lp [N, V]``, references ``y``)
+    to ``decoder``'s running sums ``a`` (:func:`teacher_forced_metrics`): sparsemax score, JS,
+    q(y), argmax hits, support sizes, eos in the support and at sentence ends, and one sampled
+    token per position in its full-sequence column (for REP/WREP)."""
+    from ..decoding import sample_tokens
+    from ..metrics import js_divergence, sparsemax_score
+
+    q, support = _distribution(lp, decoder)
+    lq = q.log()  # -inf where q = 0
+    a["sp"] += float(sparsemax_score(q, y).double().sum())
+    a["js"] += float(js_divergence(q, y).double().sum())
+    q_y = q.gather(-1, y[:, None]).squeeze(-1)
+    a["q_y"].append(q_y.double().cpu())
+    a["argmax_hit"] += int((q.argmax(-1) == y).sum())
+    a["sizes"].append(support.sum(-1).cpu())
+    a["eos_in"] += int(support[:, eos].sum())
+    a["eos_q_at_end"].append(q[is_end, eos].double().cpu())
+    sample = sample_tokens(lq, generator)
+    a["pred"][seq_ids.cpu(), cols.cpu() + 1] = sample.cpu()
+
+
+def _decoder_metrics(a: dict, decoder: str, V: int, total: int, full_targets, scored_full,
+                     windows) -> dict:
+    """One decoder's entry of :func:`teacher_forced_metrics` from its running sums ``a``."""
+    from ..metrics import epsilon_perplexity, rep_wrep
+
+    q_y = torch.cat(a["q_y"])
+    value, eps = epsilon_perplexity(q_y, V)
+    zero = int((q_y == 0).sum())
+    ppl = float(torch.exp(-torch.log(q_y).mean())) if zero == 0 else None
+    rw = rep_wrep(a["pred"], full_targets, scored_full, windows=windows)
+    sizes = torch.cat(a["sizes"])
+    at_end = torch.cat(a["eos_q_at_end"])
+    spec = parse_decoder(decoder)
+    return {
+        "method": spec.method, "kwargs": spec.decode_kwargs(),
+        "sp": a["sp"] / total, "js": a["js"] / total,
+        "eps_ppl": value, "eps": None if math.isinf(eps) else eps,
+        "ppl": ppl, "target_outside_support": zero / total,
+        "accuracy": a["argmax_hit"] / total,
+        "rep": {str(w): rw[w]["rep"] for w in windows} | {"mean": rw["mean"]["rep"]},
+        "wrep": {str(w): rw[w]["wrep"] for w in windows} | {"mean": rw["mean"]["wrep"]},
+        "support": _support_stats(sizes),
+        "eos": {"in_support": a["eos_in"] / total, "num_sentence_ends": int(at_end.numel()),
+                "mean_p_at_sentence_end": float(at_end.mean()) if at_end.numel() else None,
+                "zero_at_sentence_end": float((at_end == 0).double().mean()) if at_end.numel() else None},
+    }
+
+
 @torch.no_grad()
 def teacher_forced_metrics(model, data: D.SequenceData, decoders, *, batch_size: int = 16, seed: int = 0,
                            windows=REP_WINDOWS, progress: bool = False, log: Callable[[str], None] | None = None) -> dict:
@@ -402,9 +437,6 @@ def teacher_forced_metrics(model, data: D.SequenceData, decoders, *, batch_size:
     work is tensor ops over whole batches ([N, V] per batch); nothing loops over tokens.
     """
     from tqdm.auto import tqdm
-
-    from ..decoding import sample_tokens
-    from ..metrics import epsilon_perplexity, js_divergence, rep_wrep, sparsemax_score
 
     say = log or (lambda msg: None)
     decoders = list(decoders)
@@ -441,47 +473,13 @@ def teacher_forced_metrics(model, data: D.SequenceData, decoders, *, batch_size:
             total += y.numel()
             is_end = y == eos
             for d in decoders:
-                a = acc[d]
-                q, support = _distribution(lp, d)
-                lq = q.log()  # -inf where q = 0
-                a["sp"] += float(sparsemax_score(q, y).double().sum())
-                a["js"] += float(js_divergence(q, y).double().sum())
-                q_y = q.gather(-1, y[:, None]).squeeze(-1)
-                a["q_y"].append(q_y.double().cpu())
-                a["argmax_hit"] += int((q.argmax(-1) == y).sum())
-                a["sizes"].append(support.sum(-1).cpu())
-                a["eos_in"] += int(support[:, eos].sum())
-                a["eos_q_at_end"].append(q[is_end, eos].double().cpu())
-                sample = sample_tokens(lq, gens[d])
-                a["pred"][seq_ids.cpu(), cols.cpu() + 1] = sample.cpu()
+                _accumulate_decoder(acc[d], lp, y, d, eos, is_end, gens[d], seq_ids, cols)
     finally:
         model.train(was_training)
     out = {"num_positions": total, "num_sequences": n_seq, "vocab_size": V, "eos_id": eos, "seed": int(seed),
            "windows": list(windows), "decoders": {}}
     for d in decoders:
-        a = acc[d]
-        q_y = torch.cat(a["q_y"])
-        value, eps = epsilon_perplexity(q_y, V)
-        zero = int((q_y == 0).sum())
-        ppl = float(torch.exp(-torch.log(q_y).mean())) if zero == 0 else None
-        rw = rep_wrep(a["pred"], full_targets, scored_full, windows=windows)
-        sizes = torch.cat(a["sizes"])
-        at_end = torch.cat(a["eos_q_at_end"])
-        spec = parse_decoder(d)
-        out["decoders"][d] = {
-            "method": spec.method, "kwargs": spec.decode_kwargs(),
-            "sp": a["sp"] / total, "js": a["js"] / total,
-            "eps_ppl": value, "eps": None if math.isinf(eps) else eps,
-            "ppl": ppl, "target_outside_support": zero / total,
-            "accuracy": a["argmax_hit"] / total,
-            "rep": {str(w): rw[w]["rep"] for w in windows} | {"mean": rw["mean"]["rep"]},
-            "wrep": {str(w): rw[w]["wrep"] for w in windows} | {"mean": rw["mean"]["wrep"]},
-            "support": _support_stats(sizes),
-            "eos": {"in_support": a["eos_in"] / total, "num_sentence_ends": int(at_end.numel()),
-                    "mean_p_at_sentence_end": float(at_end.mean()) if at_end.numel() else None,
-                    "zero_at_sentence_end": float((at_end == 0).double().mean()) if at_end.numel() else None},
-        }
-        r = out["decoders"][d]
+        r = out["decoders"][d] = _decoder_metrics(acc[d], d, V, total, full_targets, scored_full, windows)
         say(f"[sparse] {d}: sp {r['sp']:.4f} JS {r['js']:.4f} eps-ppl {r['eps_ppl']:.2f} REP {r['rep']['mean']:.3f} "
             f"WREP {r['wrep']['mean']:.3f} support {r['support']['mean']:.1f}")
     out["wall_seconds"] = time.perf_counter() - started
@@ -636,45 +634,33 @@ def evaluate_sparse(run: TrainedRun, config: SparseConfig, *, results_dir=None, 
         "decoding": decoding,
         "explorer": parts["explorer"],
         "data": data.description,
-        "seeds": {"python": m.seed, "numpy": m.seed, "torch": m.seed,
-                  "data_order": f"torch.Generator seeded with seed * 1000003 + epoch (seed {m.seed})",
-                  "teacher_forced_sampling": f"one torch.Generator per decoder, seed {config.eval_seed} + 7919 i "
-                                             "(i = the decoder's index in config.decoders)",
-                  "distinct_sampling": f"one torch.Generator per decoder, seed {config.eval_seed} + 104729 (i + 1)",
-                  "rnt_sampling": m.seed, "decoding_contexts": 0, "substitute_split": m.substitute_seed},
-        "provenance": {
-            **code_version(),
-            **environment_info(run.device),
-            "command": command or command_line(),
-            "date_utc": utc_now(),
-            "train_seconds": run.train_seconds,
-            "wall_seconds": (time.perf_counter() - started) if started is not None else None,
-            "resumed_from": run.resumed_from,
-        },
+        "seeds": {**training_seeds(m),
+                  "teacher_forced_sampling": f"one torch.Generator per decoder, seed "
+                                             f"{config.eval_seed} + 7919 i (i = the decoder's "
+                                             "index in config.decoders)",
+                  "distinct_sampling": f"one torch.Generator per decoder, seed "
+                                       f"{config.eval_seed} + 104729 (i + 1)",
+                  "rnt_sampling": m.seed, "decoding_contexts": 0,
+                  "substitute_split": m.substitute_seed},
+        "provenance": training_provenance(run, command=command, started=started),
     }
     return result
 
 
-def _save_sparse(result: dict, config: SparseConfig, results_dir=None) -> Path:
-    return write_chapter_result(result, sparse_result_path(config, results_dir), schema=SPARSE_RESULT_SCHEMA,
-                                key=config.key, config_hash=sparse_config_hash(config), config=config.to_dict(),
-                                profile=config.model.profile)
-
-
 def run_sparse(config: SparseConfig, *, results_dir=None, checkpoint_dir=None, resume: bool = True, device=None,
                progress: bool = True, log: Callable[[str], None] | None = None, command: str | None = None,
-               checkpoint_every: int | None = None) -> StoredResult:
+               checkpoint_every: int | None = None, dist: DistContext | None = None) -> StoredResult:
     """Train (or resume, or load the finished checkpoint of) ``config.model``, evaluate it
     (:func:`evaluate_sparse`) and store the result; returns it (status CURRENT). Chapter 8
-    (08_sparse)."""
+    (08_sparse); ``dist`` as in :func:`~nmst_lib.experiments.trainer.train`."""
     if not isinstance(config, SparseConfig):
         raise TypeError(f"config must be a SparseConfig (see sparse_suite_configs), got {type(config).__name__}")
     started = time.perf_counter()
     run = train(config.model, checkpoint_dir=checkpoint_dir, resume=resume, device=device, progress=progress,
-                log=log, checkpoint_every=checkpoint_every)
+                log=log, checkpoint_every=checkpoint_every, dist=dist)
     result = evaluate_sparse(run, config, results_dir=results_dir, progress=progress, log=log, command=command,
                              started=started)
-    _save_sparse(result, config, results_dir)
+    SPARSE.save(result, config, results_dir)
     partial = _partial_path(config, results_dir)
     if partial.is_file():
         os.unlink(partial)
@@ -693,25 +679,34 @@ def load_or_run_sparse(config: SparseConfig, *, results_dir=None, run: bool = Tr
     return run_sparse(config, results_dir=results_dir, log=log, **run_kwargs)
 
 
-def run_sparse_suite(profile: str, *, results_dir=None, checkpoint_dir=None, force: bool = False, device=None,
-                     progress: bool = True, log: Callable[[str], None] | None = print, command: str | None = None,
-                     only: Callable[[SparseConfig], bool] | None = None) -> list[StoredResult]:
+def run_sparse_suite(profile: str, *, results_dir=None, checkpoint_dir=None, force: bool = False,
+                     device=None, progress: bool = True, log: Callable[[str], None] | None = print,
+                     command: str | None = None, only=None, jobs: int = 1,
+                     threads: int | None = None) -> list[StoredResult]:
     """Run every model of :func:`sparse_suite_configs` whose stored result is not CURRENT (all
-    with ``force``), resuming training from checkpoints; returns the stored results in order."""
-    say = log or (lambda msg: None)
-    device = torch.device(device) if device is not None else default_device()
-    configs = [c for c in sparse_suite_configs(profile) if only is None or only(c)]
-    for config in pending_configs(configs, lambda c: load_sparse_result(c, results_dir), force=force, log=say,
-                                  tag="sparse"):
-        run_sparse(config, results_dir=results_dir, checkpoint_dir=checkpoint_dir, resume=True, device=device,
-                   progress=progress, log=log, command=command)
-    return [load_sparse_result(c, results_dir) for c in configs]
+    with ``force``, trained from scratch), resuming training from checkpoints; returns the
+    stored results in order: the ``sparse`` family through
+    :func:`~nmst_lib.experiments.family.run_family_suite` (``only``, ``jobs``, ``threads`` as
+    there). Chapter 8 (08_sparse)."""
+    return run_family_suite(SPARSE, profile, only=only, force=force, results_dir=results_dir,
+                            checkpoint_dir=checkpoint_dir, device=device, progress=progress,
+                            log=log, command=command, jobs=jobs, threads=threads)
 
 
 def load_sparse_results(profile: str = "cpu", results_dir=None) -> list[StoredResult]:
     """The stored results of every model of ``profile`` (CURRENT, STALE or MISSING; nothing is
     run), in suite order. Chapter 8 (08_sparse) reads its tables through this."""
-    return [load_sparse_result(c, results_dir) for c in sparse_suite_configs(profile)]
+    return SPARSE.load_all(profile, results_dir)
+
+
+SPARSE = register(Family(
+    name="sparse", title="sparse", chapter="08_sparse", schema=SPARSE_RESULT_SCHEMA, folder=SPARSE_FOLDER,
+    config_type=SparseConfig, configs=sparse_suite_configs, config_hash=sparse_config_hash,
+    config_from_dict=sparse_config_from_dict, run=run_sparse, describe=SparseConfig.describe,
+    missing_hint="run it (load_or_run_sparse or `python -m nmst_lib suite sparse`)",
+    distributed=True))
+"""Chapter 8's family (08_sparse): softmax, entmax and NMST-entmax LSTMs, results in
+``sparse/``."""
 
 
 # --------------------------------------------------------------------------------- tables
@@ -739,15 +734,7 @@ def decoder_label(decoder: str, head: str, alpha: float | None = None) -> str:
 
 
 def _records(stored) -> list[dict]:
-    if isinstance(stored, StoredResult):
-        stored = [stored]
-    out = []
-    for s in stored:
-        d = s.data if isinstance(s, StoredResult) else s
-        if d is None or (isinstance(s, StoredResult) and s.status != CURRENT):
-            continue
-        out.append(d)
-    return out
+    return current_records(stored)
 
 
 def _metric_row(rec: dict, decoder: str) -> dict:

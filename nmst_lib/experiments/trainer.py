@@ -1,6 +1,7 @@
-"""Training of the WikiText-2 language models: data preparation, the training loop with
-AdamW, learning-rate halving, early stopping and best-by-validation selection (Choi, Cho, Lee
-(2023) App. D), atomic checksummed checkpoints, and exact resumption (Chapter 6, 06_wikitext).
+"""The one training loop of the library, for every experiment family (Chapters 6-9): data
+preparation, the :class:`Trainer` (AdamW, learning-rate halving, early stopping and
+best-by-validation selection, Choi, Cho, Lee (2023) App. D; atomic checksummed checkpoints and
+exact resumption) and :func:`train`, which runs it (Chapter 6, 06_wikitext, first).
 The same loop trains the entmax heads of Chapter 8 (08_sparse) on their own loss (Martins et al.
 (2020) eq. 5-6), selecting by the validation mean of that loss (:func:`selection_metric`), and
 fine-tunes GPT-2 (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2 and App. D): AdamW with no
@@ -48,6 +49,7 @@ __all__ = [
     "CheckpointError",
     "PreparedData",
     "TrainedRun",
+    "Trainer",
     "default_device",
     "autocast_dtype",
     "default_checkpoint_dir",
@@ -546,6 +548,177 @@ def _reseed_other_rank(config: ExperimentConfig, ctx: DistContext, opt_step: int
         torch.manual_seed((config.seed * 1_000_003 + ctx.rank) * 1_000_003 + opt_step)
 
 
+def _check_hooks(monitor, monitor_every, checkpoint_every) -> tuple[int | None, int | None]:
+    """Check :func:`train`'s ``monitor``, ``monitor_every`` and ``checkpoint_every``; returns
+    the two intervals (validated positive integers or None)."""
+    from .._validation import check_positive_int
+
+    if monitor is not None and not callable(monitor):
+        raise TypeError(f"monitor must be a function of the model returning a dict, got {type(monitor).__name__}")
+    if monitor_every is not None:
+        if monitor is None:
+            raise ValueError("monitor_every needs a monitor (a function of the model returning a dict)")
+        monitor_every = check_positive_int(monitor_every, "monitor_every")
+    if checkpoint_every is not None:
+        checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
+    return monitor_every, checkpoint_every
+
+
+class Trainer:
+    """One training run of :func:`train` as steps a reader can follow: set up (model, AdamW,
+    grad scaler, progress, all seeded from the config), :meth:`restore` a checkpoint,
+    :meth:`run_epoch` (one epoch of batches, then :meth:`end_epoch`: validation, best weights,
+    lr decay, early stopping, :meth:`checkpoint`), and :meth:`finish` (best weights, final
+    perplexities, a :class:`TrainedRun`). Chapters 6-9 train through it; see :func:`train` for
+    the options and the guarantees (exact resumption, one process or many)."""
+
+    def __init__(self, config: ExperimentConfig, *, checkpoint_dir, data: PreparedData | None,
+                 device, ctx: DistContext, progress: bool, checkpoint_every: int | None,
+                 log: Callable[[str], None] | None, log_steps: bool, monitor,
+                 monitor_every: int | None):
+        self.config, self.ctx = config, ctx
+        self.say = (log or (lambda msg: None)) if ctx.is_main else (lambda msg: None)
+        self.progress = progress and ctx.is_main
+        self.checkpoint_every, self.log_steps, self.monitor_every = checkpoint_every, log_steps, monitor_every
+        self.device = ctx.device if ctx.distributed else (torch.device(device) if device is not None
+                                                          else default_device())
+        self.data = data if data is not None else prepare_data(config)
+        self.path = checkpoint_path(config, checkpoint_dir)  # to resume from (a legacy .pt when only that exists)
+        self.write_path = _checkpoint_file(config, checkpoint_dir)
+        seed_everything(config.seed)
+        self.model = build_model_for(config, len(self.data.vocab)).to(self.device)
+        params = parameter_groups(self.model, config) if config.no_decay_bias_norm else self.model.parameters()
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas,
+                                           weight_decay=config.weight_decay)
+        # Loss scaling under any CUDA autocast: float16 has 5 exponent bits, and the cuDNN RNN/LSTM runs in
+        # float16 even under bfloat16 autocast (see autocast_dtype); with bfloat16 elsewhere it costs nothing.
+        self.scaler = torch.amp.GradScaler(self.device.type) if autocast_dtype(self.device) is not None else None
+        self.prog = _Progress(lr=config.lr)
+        self.best_state = _clone_state(self.model)
+        self.resumed_from = None
+        self.monitor = monitor if ctx.is_main else None
+        self.metric = selection_metric(config)
+
+    def restore(self, resume: bool) -> None:
+        """With ``resume``, continue from the checkpoint when there is one (weights, optimizer,
+        scaler, best weights, progress, RNG states); then fix the lr, the dropout stream of
+        ranks > 0, and take the monitor's step-0 record of a fresh run."""
+        config, path = self.config, self.path
+        if resume and path.is_file():
+            ckpt = load_checkpoint(path)
+            _check_checkpoint_matches(ckpt, config, self.data.vocab, path)
+            self.model.load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            if self.scaler is not None and ckpt.get("scaler"):
+                self.scaler.load_state_dict(ckpt["scaler"])
+            self.best_state = ckpt["best_model"]
+            self.prog = _progress_from_state(ckpt["progress"])
+            _set_rng_state(ckpt["rng"])
+            self.resumed_from = {"epoch": self.prog.epoch, "step": self.prog.step}
+            self.say(f"[train] {config.key}: resumed from {path.name} at epoch {self.prog.epoch} + "
+                     f"{self.prog.step} batches")
+        elif resume:
+            self.say(f"[train] {config.key}: no checkpoint at {path}; starting from scratch")
+        _reseed_other_rank(config, self.ctx, self.prog.opt_step)
+        self._set_lr(self.prog.lr)
+        self.horizon = _decay_horizon(config, self.data) if config.lr_schedule == "linear" else None
+        distributed = self.ctx.distributed or config.grad_accum > 1
+        self.loss_module = wrap_model(self.model, self.ctx) if distributed else None
+        prog = self.prog
+        if self.monitor is not None and prog.opt_step == 0 and not prog.monitor_log and not prog.finished:
+            self.watch(0.0)  # step 0: the initialised model
+        self.start_time = time.perf_counter() - prog.train_seconds
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def watch(self, epochs_done: float) -> None:
+        """One monitor record (:func:`_monitor_record`)."""
+        _monitor_record(self.model, self.monitor, self.prog, epochs_done, self.device)
+
+    def checkpoint(self) -> None:
+        """Write the checkpoint atomically (rank 0 only)."""
+        if self.ctx.is_main:
+            save_checkpoint(self.write_path, _checkpoint_payload(self.config, self.data.vocab, self.model,
+                                                                 self.optimizer, self.scaler, self.best_state,
+                                                                 self.prog))
+
+    @property
+    def done(self) -> bool:
+        """True when training has finished (early stop, ``max_epochs`` or ``max_steps``)."""
+        return self.prog.finished or self.prog.epoch >= self.config.max_epochs
+
+    def run_epoch(self) -> None:
+        """One epoch of batches (or the rest of one) by :func:`_train_one_epoch`, then
+        :meth:`end_epoch`."""
+        self.prog = _train_one_epoch(
+            self.config, self.model, self.optimizer, self.scaler, self.data, self.device, self.prog,
+            self.progress, self.checkpoint_every, self.checkpoint, self.say, self.log_steps, self.start_time,
+            ctx=self.ctx, loss_module=self.loss_module, horizon=self.horizon,
+            watch=self.watch if self.monitor is not None else None, monitor_every=self.monitor_every)
+        self.end_epoch()
+
+    def end_epoch(self) -> None:
+        """Validate; keep the weights when the validation score improved, else (plateau) decay
+        the lr; record the epoch; stop early after ``patience`` bad epochs; checkpoint."""
+        config, prog, metric = self.config, self.prog, self.metric
+        score = _validation_score(config, self.model, self.data.valid)
+        if math.isnan(score):
+            raise FloatingPointError(f"{config.key}: the validation {metric} is NaN after epoch {prog.epoch + 1} "
+                                     "(training diverged); lower lr or check the head's loss")
+        epoch_no = prog.epoch + 1
+        record = {"epoch": epoch_no, "lr": prog.lr, metric: score,
+                  "train_loss": prog.epoch_loss_sum / max(prog.epoch_tokens, 1), "train_tokens": prog.epoch_tokens}
+        if config.lr_schedule != "plateau" or config.max_steps is not None or config.grad_accum != 1:
+            record["optimizer_steps"] = prog.opt_step  # Chapter 7's runs; Chapter 6's records keep their keys
+        if score < prog.best_val_ppl:
+            prog.best_val_ppl, prog.best_epoch, prog.bad_epochs = score, epoch_no, 0
+            self.best_state = _clone_state(self.model)
+        else:
+            prog.bad_epochs += 1
+            if config.lr_schedule == "plateau":
+                prog.lr *= config.lr_decay
+                self._set_lr(prog.lr)
+        prog.history.append(record)
+        prog.epoch, prog.step, prog.epoch_loss_sum, prog.epoch_tokens = epoch_no, 0, 0.0, 0
+        prog.stopped_early = prog.bad_epochs >= config.patience
+        prog.finished = prog.stopped_early or prog.epoch >= config.max_epochs or prog.reached_max_steps
+        prog.train_seconds = time.perf_counter() - self.start_time
+        self.checkpoint()
+        self.say(f"[train] {config.key}: epoch {epoch_no}/{config.max_epochs} train_loss {record['train_loss']:.4f} "
+                 f"{metric} {score:.{2 if metric == 'val_ppl' else 4}f} lr {record['lr']:.2e}"
+                 f"{' (best)' if prog.best_epoch == epoch_no else ''}"
+                 f"{f' (max_steps {config.max_steps} reached)' if prog.reached_max_steps else ''}")
+
+    def finish(self) -> TrainedRun:
+        """Mark the run finished (checkpoint), load the best weights, evaluate them on the
+        validation and test splits, and return the :class:`TrainedRun`."""
+        config, prog, data = self.config, self.prog, self.data
+        if not prog.finished:  # max_epochs reached by a resumed run whose flag was not set
+            prog.finished = True
+            self.checkpoint()
+        model = self.model
+        model.load_state_dict(self.best_state)
+        model.eval()
+        size = config.batch_size * 2
+        if self.metric == "val_ppl":
+            val_ppl = evaluate_perplexity(model, data.valid, size, config.max_batch_tokens)
+            test_ppl = evaluate_perplexity(model, data.test, size, config.max_batch_tokens)
+            val_loss, test_loss = math.log(val_ppl), math.log(test_ppl)
+        else:
+            val_ppl = test_ppl = None
+            val_loss = evaluate_loss(model, data.valid, size, config.max_batch_tokens)
+            test_loss = evaluate_loss(model, data.test, size, config.max_batch_tokens)
+        return TrainedRun(config=config, model=model, data=data, history=list(prog.history),
+                          best_epoch=prog.best_epoch, epochs_run=prog.epoch, stopped_early=prog.stopped_early,
+                          val_ppl=val_ppl, test_ppl=test_ppl, train_seconds=prog.train_seconds,
+                          device=str(self.device), checkpoint=str(self.write_path),
+                          resumed_from=self.resumed_from, val_loss=val_loss, test_loss=test_loss,
+                          step_losses=list(prog.step_losses), optimizer_steps=prog.opt_step,
+                          world_size=self.ctx.world_size, monitor_log=list(prog.monitor_log))
+
+
 def train(
     config: ExperimentConfig,
     *,
@@ -605,125 +778,17 @@ def train(
     process calls it. Without ``monitor`` the run is bit for bit the unmonitored one.
     """
     config = validate_config(config)
-    if monitor is not None and not callable(monitor):
-        raise TypeError(f"monitor must be a function of the model returning a dict, got {type(monitor).__name__}")
-    if monitor_every is not None:
-        if monitor is None:
-            raise ValueError("monitor_every needs a monitor (a function of the model returning a dict)")
-        from .._validation import check_positive_int
-
-        monitor_every = check_positive_int(monitor_every, "monitor_every")
-    if checkpoint_every is not None:
-        from .._validation import check_positive_int
-
-        checkpoint_every = check_positive_int(checkpoint_every, "checkpoint_every")
+    monitor_every, checkpoint_every = _check_hooks(monitor, monitor_every, checkpoint_every)
     ctx = dist if dist is not None else init_distributed(device)
     if not isinstance(ctx, DistContext):
         raise TypeError(f"dist must be a DistContext (see nmst_lib.experiments.distributed), got {type(ctx).__name__}")
-    say = (log or (lambda msg: None)) if ctx.is_main else (lambda msg: None)
-    progress = progress and ctx.is_main
-    device = ctx.device if ctx.distributed else (torch.device(device) if device is not None else default_device())
-    data = data if data is not None else prepare_data(config)
-    vocab = data.vocab
-    path = checkpoint_path(config, checkpoint_dir)  # the file to resume from (a legacy .pt when only that exists)
-    write_path = _checkpoint_file(config, checkpoint_dir)
-
-    seed_everything(config.seed)
-    model = build_model_for(config, len(vocab)).to(device)
-    optimizer = torch.optim.AdamW(parameter_groups(model, config) if config.no_decay_bias_norm else model.parameters(),
-                                  lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
-    # Loss scaling under any CUDA autocast: float16 has 5 exponent bits, and the cuDNN RNN/LSTM runs in
-    # float16 even under bfloat16 autocast (see autocast_dtype); with bfloat16 elsewhere it costs nothing.
-    scaler = torch.amp.GradScaler(device.type) if autocast_dtype(device) is not None else None
-    prog = _Progress(lr=config.lr)
-    best_state = _clone_state(model)
-    resumed_from = None
-
-    if resume and path.is_file():
-        ckpt = load_checkpoint(path)
-        _check_checkpoint_matches(ckpt, config, vocab, path)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        if scaler is not None and ckpt.get("scaler"):
-            scaler.load_state_dict(ckpt["scaler"])
-        best_state = ckpt["best_model"]
-        prog = _progress_from_state(ckpt["progress"])
-        _set_rng_state(ckpt["rng"])
-        resumed_from = {"epoch": prog.epoch, "step": prog.step}
-        say(f"[train] {config.key}: resumed from {path.name} at epoch {prog.epoch} + {prog.step} batches")
-    elif resume:
-        say(f"[train] {config.key}: no checkpoint at {path}; starting from scratch")
-    _reseed_other_rank(config, ctx, prog.opt_step)
-
-    for group in optimizer.param_groups:
-        group["lr"] = prog.lr
-
-    def checkpoint():
-        if ctx.is_main:
-            save_checkpoint(write_path, _checkpoint_payload(config, vocab, model, optimizer, scaler, best_state, prog))
-
-    horizon = _decay_horizon(config, data) if config.lr_schedule == "linear" else None
-    loss_module = wrap_model(model, ctx) if (ctx.distributed or config.grad_accum > 1) else None
-    metric = selection_metric(config)
-    watch = None
-    if monitor is not None and ctx.is_main:
-        def watch(epochs_done: float) -> None:
-            _monitor_record(model, monitor, prog, epochs_done, device)
-    if watch is not None and prog.opt_step == 0 and not prog.monitor_log and not prog.finished:
-        watch(0.0)  # step 0: the initialised model
-    start_time = time.perf_counter() - prog.train_seconds
-    while not prog.finished and prog.epoch < config.max_epochs:
-        prog = _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progress, checkpoint_every,
-                                checkpoint, say, log_steps, start_time, ctx=ctx, loss_module=loss_module,
-                                horizon=horizon, watch=watch, monitor_every=monitor_every)
-        score = _validation_score(config, model, data.valid)
-        if math.isnan(score):
-            raise FloatingPointError(f"{config.key}: the validation {metric} is NaN after epoch {prog.epoch + 1} "
-                                     "(training diverged); lower lr or check the head's loss")
-        epoch_no = prog.epoch + 1
-        record = {"epoch": epoch_no, "lr": prog.lr, metric: score,
-                  "train_loss": prog.epoch_loss_sum / max(prog.epoch_tokens, 1), "train_tokens": prog.epoch_tokens}
-        if config.lr_schedule != "plateau" or config.max_steps is not None or config.grad_accum != 1:
-            record["optimizer_steps"] = prog.opt_step  # Chapter 7's runs; Chapter 6's records keep their keys
-        if score < prog.best_val_ppl:
-            prog.best_val_ppl, prog.best_epoch, prog.bad_epochs = score, epoch_no, 0
-            best_state = _clone_state(model)
-        else:
-            prog.bad_epochs += 1
-            if config.lr_schedule == "plateau":
-                prog.lr *= config.lr_decay
-                for group in optimizer.param_groups:
-                    group["lr"] = prog.lr
-        prog.history.append(record)
-        prog.epoch, prog.step, prog.epoch_loss_sum, prog.epoch_tokens = epoch_no, 0, 0.0, 0
-        prog.stopped_early = prog.bad_epochs >= config.patience
-        prog.finished = prog.stopped_early or prog.epoch >= config.max_epochs or prog.reached_max_steps
-        prog.train_seconds = time.perf_counter() - start_time
-        checkpoint()
-        say(f"[train] {config.key}: epoch {epoch_no}/{config.max_epochs} train_loss {record['train_loss']:.4f} "
-            f"{metric} {score:.{2 if metric == 'val_ppl' else 4}f} lr {record['lr']:.2e}"
-            f"{' (best)' if prog.best_epoch == epoch_no else ''}"
-            f"{f' (max_steps {config.max_steps} reached)' if prog.reached_max_steps else ''}")
-
-    if not prog.finished:  # max_epochs reached by a resumed run whose flag was not set
-        prog.finished = True
-        checkpoint()
-    model.load_state_dict(best_state)
-    model.eval()
-    if metric == "val_ppl":
-        val_ppl = evaluate_perplexity(model, data.valid, config.batch_size * 2, config.max_batch_tokens)
-        test_ppl = evaluate_perplexity(model, data.test, config.batch_size * 2, config.max_batch_tokens)
-        val_loss, test_loss = math.log(val_ppl), math.log(test_ppl)
-    else:
-        val_ppl = test_ppl = None
-        val_loss = evaluate_loss(model, data.valid, config.batch_size * 2, config.max_batch_tokens)
-        test_loss = evaluate_loss(model, data.test, config.batch_size * 2, config.max_batch_tokens)
-    return TrainedRun(config=config, model=model, data=data, history=list(prog.history), best_epoch=prog.best_epoch,
-                      epochs_run=prog.epoch, stopped_early=prog.stopped_early, val_ppl=val_ppl, test_ppl=test_ppl,
-                      train_seconds=prog.train_seconds, device=str(device), checkpoint=str(write_path),
-                      resumed_from=resumed_from, val_loss=val_loss, test_loss=test_loss,
-                      step_losses=list(prog.step_losses), optimizer_steps=prog.opt_step, world_size=ctx.world_size,
-                      monitor_log=list(prog.monitor_log))
+    trainer = Trainer(config, checkpoint_dir=checkpoint_dir, data=data, device=device, ctx=ctx, progress=progress,
+                      checkpoint_every=checkpoint_every, log=log, log_steps=log_steps, monitor=monitor,
+                      monitor_every=monitor_every)
+    trainer.restore(resume)
+    while not trainer.done:
+        trainer.run_epoch()
+    return trainer.finish()
 
 
 def _monitor_record(model: torch.nn.Module, monitor, prog: _Progress, epochs_done: float, device) -> None:
