@@ -923,7 +923,7 @@ def eos_probabilities(
         ``{head: float64 tensor [T]}`` (or ``[len(steps)]``) of
         probabilities, on the device of ``eos_logits``. Chapters 4-5
         (``04_self_terminating``, ``05_nmst``); drawn by
-        :func:`nmst_lib.plots.plot_eos_probabilities`.
+        :func:`nmst_lib.plots.eos_curves.plot_eos_probabilities`.
     """
     eps = check_eps(eps)
     if (

@@ -52,10 +52,11 @@ from .style import (
     _format_number,
 )
 
-__all__ = [
+# in reading order: the API page (book/api.md) lists them so
+__all__ = [  # noqa: RUF022
+    "plot_eos_probabilities",
     "eos_explorer_html",
     "eos_explorer_widget",
-    "plot_eos_probabilities",
 ]
 
 _SHAPE_NAMES = {
@@ -263,7 +264,7 @@ def eos_explorer_html(
     Every combination of ``eps_values`` x ``amplitudes`` x ``shapes`` is
     drawn once with :func:`plot_eos_probabilities` (extra keyword arguments
     go to it) and embedded as a PNG frame (see
-    :func:`~nmst_lib.plots.explorer_html`): moving a slider on the built page
+    :func:`~nmst_lib.plots.explorers.explorer_html`): moving a slider on the built page
     switches the figure without a kernel. The live-kernel twin is
     :func:`eos_explorer_widget`. Chapters 4-5 (``04_self_terminating``,
     ``05_nmst``).
@@ -286,7 +287,7 @@ def eos_explorer_widget(
     kernel (Colab, Jupyter).
 
     Same drawing function (:func:`plot_eos_probabilities`) and same controls
-    as :func:`eos_explorer_html` (:func:`~nmst_lib.plots.explorer_widget`);
+    as :func:`eos_explorer_html` (:func:`~nmst_lib.plots.explorers.explorer_widget`);
     here every move of a control redraws the figure in the kernel. Returns
     the ``interactive`` widget (display it, or make it the last expression of
     a cell). Chapters 4-5 (``04_self_terminating``, ``05_nmst``).

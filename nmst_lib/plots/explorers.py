@@ -38,7 +38,13 @@ from matplotlib.figure import Figure
 from .._validation import check_positive_int
 from .style import FIGURE_DPI, _format_number
 
-__all__ = ["Control", "Explorer", "explorer_html", "explorer_widget"]
+# in reading order: the API page (book/api.md) lists them so
+__all__ = [  # noqa: RUF022
+    "Control",
+    "Explorer",
+    "explorer_html",
+    "explorer_widget",
+]
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,14 @@ from .style import (
     _format_number,
 )
 
-__all__ = [
+# in reading order: the API page (book/api.md) lists them so
+__all__ = [  # noqa: RUF022
     "TEMPERATURE_CMAP",
-    "eos_temperature_plot",
+    "temperature_over_training_plot",
     "temperature_by_position_plot",
+    "eos_temperature_plot",
     "temperature_explorer_html",
     "temperature_explorer_widget",
-    "temperature_over_training_plot",
 ]
 
 #: The colour map of Chapter 9's token-by-frequency figures: viridis,
@@ -586,7 +587,7 @@ def temperature_explorer_html(
     with every tracked token in the background and the chosen one
     highlighted, on the same y axis for all tokens of a model. The frames are
     pre-rendered PNGs switched by JavaScript
-    (:func:`~nmst_lib.plots.explorer_html`): no kernel needed. The live twin
+    (:func:`~nmst_lib.plots.explorers.explorer_html`): no kernel needed. The live twin
     is :func:`temperature_explorer_widget`.
 
     Args:
@@ -621,7 +622,7 @@ def temperature_explorer_widget(
 
     Takes the same runs and draws the same frames with
     :func:`temperature_over_training_plot`, on demand
-    (:func:`~nmst_lib.plots.explorer_widget`). Chapter 9
+    (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapter 9
     (``09_temperature``).
     """
     explorer = _temperature_explorer(

@@ -40,14 +40,15 @@ from .style import (
     legend_below,
 )
 
-__all__ = [
-    "eps_tradeoff_plot",
+# in reading order: the API page (book/api.md) lists them so
+__all__ = [  # noqa: RUF022
+    "rnt_plot",
+    "rnt_explorer_html",
+    "rnt_explorer_widget",
     "history_plot",
     "length_cdf_plot",
     "length_histogram_plot",
-    "rnt_explorer_html",
-    "rnt_explorer_widget",
-    "rnt_plot",
+    "eps_tradeoff_plot",
 ]
 
 _L_LABEL = "maximal length L (generated tokens)"
@@ -114,7 +115,7 @@ def rnt_plot(
     Args:
         curves: ``{label: (Ls, rnt)}``; labels starting with VA, ST or NMST
             get that output layer's colour and line style
-            (:data:`~nmst_lib.plots.HEAD_STYLES`).
+            (:data:`~nmst_lib.plots.style.HEAD_STYLES`).
         styles: optional matplotlib keyword arguments per label.
         xlim, ylim: fixed axis limits (the explorers use them to keep frames
             comparable).
@@ -299,7 +300,7 @@ def rnt_explorer_html(
         y_floor: the lowest r_nt shown (see :func:`rnt_plot`).
 
     Every frame is drawn by :func:`rnt_plot` on the same axes limits, so
-    frames compare at a glance (see :func:`~nmst_lib.plots.explorer_html`).
+    frames compare at a glance (see :func:`~nmst_lib.plots.explorers.explorer_html`).
     The live twin is :func:`rnt_explorer_widget`. Chapters 2 and 6
     (``02_consistency``, ``06_wikitext``).
     """
@@ -318,7 +319,7 @@ def rnt_explorer_widget(
     as an ``ipywidgets.interactive``.
 
     Takes the same curves and draws the same frames with :func:`rnt_plot`,
-    on demand (:func:`~nmst_lib.plots.explorer_widget`). Chapters 2 and 6
+    on demand (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapters 2 and 6
     (``02_consistency``, ``06_wikitext``).
     """
     explorer = _rnt_explorer(curves_by_key, control_names, title, y_floor)
@@ -347,7 +348,7 @@ def history_plot(
             epochs 1, 2, ...; the runs of one label share its style and one
             legend entry (e.g. the seeds of one model).
         styles: matplotlib keyword arguments per label (default:
-            :func:`~nmst_lib.plots.model_style` when the label starts with
+            :func:`~nmst_lib.plots.style.model_style` when the label starts with
             VA, ST or NMST).
         log_y: a log y axis (perplexities fall geometrically early in
             training).

@@ -1,7 +1,7 @@
 """p(eos) along real lines, token by token: the figures of Chapters 6 and 7.
 
 Step t is on the x axis and its tick is the token y_t being predicted (the
-book's step convention, :data:`~nmst_lib.plots.STEP_AXIS_LABEL`): the point
+book's step convention, :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`): the point
 at step t is the probability of stopping *instead of* emitting y_t (Choi,
 Cho, Lee 2023, Figs. 3 and 6).
 
@@ -39,12 +39,13 @@ from .style import (
     _one_line_title,
 )
 
-__all__ = [
+# in reading order: the API page (book/api.md) lists them so
+__all__ = [  # noqa: RUF022
     "SENTENCE_END_CHARS",
+    "eos_trace_plot",
+    "eos_token_plot",
     "eos_token_explorer_html",
     "eos_token_explorer_widget",
-    "eos_token_plot",
-    "eos_trace_plot",
 ]
 
 #: Tokens after which a line can plausibly end (Choi, Cho, Lee 2023, Figs. 3
@@ -78,7 +79,7 @@ def eos_trace_plot(
     Step t is on the x axis and its tick is labelled with the token y_t being
     predicted: the point at step t is the probability of stopping *instead
     of* emitting y_t (the book's step convention,
-    :data:`~nmst_lib.plots.STEP_AXIS_LABEL`; Choi, Cho, Lee 2023, Figs. 3 and
+    :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`; Choi, Cho, Lee 2023, Figs. 3 and
     6).
 
     Args:
@@ -289,7 +290,7 @@ def eos_token_plot(
     tokens on the x axis (Choi, Cho, Lee 2023, Figs. 3 and 6).
 
     Step t is on the x axis and its tick is the token y_t being predicted
-    (the book's step convention, :data:`~nmst_lib.plots.STEP_AXIS_LABEL`):
+    (the book's step convention, :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`):
     the point at step t is the probability of stopping *instead of* emitting
     y_t. Ticks of tokens after which the line could end
     (:data:`SENTENCE_END_CHARS`) are red, as in the paper, and the step right
@@ -302,7 +303,7 @@ def eos_token_plot(
             BPE decoded to text).
         p_eos: ``{(head, eps): probabilities}``, one per token; head ``"va"``
             (eps ``None``), ``"st"`` or ``"nmst"``; drawn in
-            :data:`~nmst_lib.plots.HEAD_STYLES`.
+            :data:`~nmst_lib.plots.style.HEAD_STYLES`.
         eps: when given, also draw the lower bound f_lb(t) = 1 - (1 - eps)^t
             of ST and NMST.
         max_tokens: draw only the first ``max_tokens`` steps (the title says
@@ -527,7 +528,7 @@ def eos_token_explorer_html(
     eps, and the lower bound f_lb(t) = 1 - (1 - eps)^t, with the line's
     tokens on the x axis and sentence ends in red. All frames of one line
     share their y limits. Frames are pre-rendered PNGs switched by JavaScript
-    (:func:`~nmst_lib.plots.explorer_html`), so the controls work without a
+    (:func:`~nmst_lib.plots.explorers.explorer_html`), so the controls work without a
     kernel; the live twin is :func:`eos_token_explorer_widget`.
 
     Args:
@@ -570,7 +571,7 @@ def eos_token_explorer_widget(
 
     Takes the same lines and draws the same frames with
     :func:`eos_token_plot`, on demand
-    (:func:`~nmst_lib.plots.explorer_widget`). Chapter 7 (``07_gpt2``).
+    (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapter 7 (``07_gpt2``).
     """
     explorer = _eos_token_explorer(
         lines, max_tokens, label_words, initial_head, initial_eps
