@@ -14,8 +14,9 @@ the tests import them:
   was rendered in advance to a PNG frame and a few lines of JavaScript
   switch frames when a slider or menu moves (no kernel, no network), and an
   ``ipywidgets`` version for a live kernel (Colab, Jupyter) that redraws on
-  every move: :func:`~nmst_lib.plots.explorers.explorer_html` and :func:`~nmst_lib.plots.explorers.explorer_widget`, fed the
-  same :class:`~nmst_lib.plots.explorers.Explorer`.
+  every move: :func:`~nmst_lib.plots.explorers.explorer_html` and
+  :func:`~nmst_lib.plots.explorers.explorer_widget`, fed the same
+  :class:`~nmst_lib.plots.explorers.Explorer`.
 * :mod:`nmst_lib.plots.eos_curves`: p(eos | t) of the VA, ST and NMST output
   layers along one trajectory of the wish to stop lambda(t), with the lower
   bound f_lb(t) and its half-life (Chapters 4 and 5, ``04_self_terminating``
@@ -33,11 +34,16 @@ the tests import them:
   training, by position and at the line's end (Chapter 9,
   ``09_temperature``).
 
-The explorers, each with both front-ends: :func:`~nmst_lib.plots.eos_curves.eos_explorer_html` /
-:func:`~nmst_lib.plots.eos_curves.eos_explorer_widget`, :func:`~nmst_lib.plots.termination.rnt_explorer_html` /
-:func:`~nmst_lib.plots.termination.rnt_explorer_widget`, :func:`~nmst_lib.plots.token_traces.eos_token_explorer_html` /
-:func:`~nmst_lib.plots.token_traces.eos_token_explorer_widget`, :func:`~nmst_lib.plots.sparse_support.entmax_alpha_explorer_html` /
-:func:`~nmst_lib.plots.sparse_support.entmax_alpha_explorer_widget` and :func:`~nmst_lib.plots.temperature_curves.temperature_explorer_html` /
+The explorers, each with both front-ends:
+:func:`~nmst_lib.plots.eos_curves.eos_explorer_html` /
+:func:`~nmst_lib.plots.eos_curves.eos_explorer_widget`,
+:func:`~nmst_lib.plots.termination.rnt_explorer_html` /
+:func:`~nmst_lib.plots.termination.rnt_explorer_widget`,
+:func:`~nmst_lib.plots.token_traces.eos_token_explorer_html` /
+:func:`~nmst_lib.plots.token_traces.eos_token_explorer_widget`,
+:func:`~nmst_lib.plots.sparse_support.entmax_alpha_explorer_html` /
+:func:`~nmst_lib.plots.sparse_support.entmax_alpha_explorer_widget` and
+:func:`~nmst_lib.plots.temperature_curves.temperature_explorer_html` /
 :func:`~nmst_lib.plots.temperature_curves.temperature_explorer_widget`.
 
 The numbers the eos-probability figure draws are computed in

@@ -264,8 +264,8 @@ def eos_explorer_html(
     Every combination of ``eps_values`` x ``amplitudes`` x ``shapes`` is
     drawn once with :func:`plot_eos_probabilities` (extra keyword arguments
     go to it) and embedded as a PNG frame (see
-    :func:`~nmst_lib.plots.explorers.explorer_html`): moving a slider on the built page
-    switches the figure without a kernel. The live-kernel twin is
+    :func:`~nmst_lib.plots.explorers.explorer_html`): moving a slider on the
+    built page switches the figure without a kernel. The live-kernel twin is
     :func:`eos_explorer_widget`. Chapters 4-5 (``04_self_terminating``,
     ``05_nmst``).
     """
@@ -287,10 +287,11 @@ def eos_explorer_widget(
     kernel (Colab, Jupyter).
 
     Same drawing function (:func:`plot_eos_probabilities`) and same controls
-    as :func:`eos_explorer_html` (:func:`~nmst_lib.plots.explorers.explorer_widget`);
-    here every move of a control redraws the figure in the kernel. Returns
-    the ``interactive`` widget (display it, or make it the last expression of
-    a cell). Chapters 4-5 (``04_self_terminating``, ``05_nmst``).
+    as :func:`eos_explorer_html`
+    (:func:`~nmst_lib.plots.explorers.explorer_widget`); here every move of a
+    control redraws the figure in the kernel. Returns the ``interactive``
+    widget (display it, or make it the last expression of a cell). Chapters 4-5
+    (``04_self_terminating``, ``05_nmst``).
     """
     explorer = _eos_explorer(
         eps_values, amplitudes, shapes, initial_eps, plot_kwargs

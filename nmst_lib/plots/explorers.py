@@ -39,7 +39,7 @@ from .._validation import check_positive_int
 from .style import FIGURE_DPI, _format_number
 
 # in reading order: the API page (book/api.md) lists them so
-__all__ = [  # noqa: RUF022
+__all__ = [
     "Control",
     "Explorer",
     "explorer_html",

@@ -370,9 +370,9 @@ def entmax_alpha_explorer_html(
     A menu picks a score vector (one row of ``scores`` per context, labelled
     by ``labels``), a slider picks alpha; every combination is drawn once by
     :func:`plot_entmax_ranks` on the same axes and embedded as a PNG frame
-    (:func:`~nmst_lib.plots.explorers.explorer_html`), so the controls work without a
-    kernel. The frame's title gives the support size and whether eos is in
-    it. The live twin is :func:`entmax_alpha_explorer_widget`.
+    (:func:`~nmst_lib.plots.explorers.explorer_html`), so the controls work
+    without a kernel. The frame's title gives the support size and whether eos
+    is in it. The live twin is :func:`entmax_alpha_explorer_widget`.
     """
     explorer = _alpha_explorer(scores, alphas, eos_id, labels, initial_alpha)
     return explorer.html(dpi=dpi)
@@ -391,7 +391,8 @@ def entmax_alpha_explorer_widget(
 
     Takes the same score vectors and draws the same frames with
     :func:`plot_entmax_ranks`, on demand
-    (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapter 8 (``08_sparse``).
+    (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapter 8
+    (``08_sparse``).
     """
     explorer = _alpha_explorer(scores, alphas, eos_id, labels, initial_alpha)
     return explorer.widget()

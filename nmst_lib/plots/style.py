@@ -318,8 +318,8 @@ def legend_below(ax, *, fontsize: float = 8.5):
     labels are short, so the figure keeps the column's width
     (:data:`COLUMN_WIDTH`): a legend beside the axes widens a figure saved
     with a tight bounding box. For a figure that adds curves to one drawn by
-    :func:`~nmst_lib.plots.termination.rnt_plot` (Chapters 3, 5 and 8 add their bounds).
-    Returns the legend."""
+    :func:`~nmst_lib.plots.termination.rnt_plot` (Chapters 3, 5 and 8 add
+    their bounds). Returns the legend."""
     labels = ax.get_legend_handles_labels()[1]
     two_columns = len(labels) > 3 and max(len(x) for x in labels) <= 38
     return ax.legend(
@@ -343,9 +343,9 @@ def shared_legend(
     scaled to a page's width keeps legible labels. Labels are taken from
     every panel in order, once each; ``strip`` (a regular expression) is
     removed from them first (e.g. ``r" \\(0 from L = [\\d,]+\\)"``, the
-    panel-specific note of :func:`~nmst_lib.plots.termination.rnt_plot`). Call after
-    ``tight_layout`` is not needed: the figure's bottom margin is made room
-    for here. Chapter 6 (``06_wikitext``)."""
+    panel-specific note of :func:`~nmst_lib.plots.termination.rnt_plot`).
+    Call after ``tight_layout`` is not needed: the figure's bottom margin is
+    made room for here. Chapter 6 (``06_wikitext``)."""
     axes = list(np.ravel(axes))
     seen: dict[str, object] = {}
     for ax in axes:

@@ -587,8 +587,8 @@ def temperature_explorer_html(
     with every tracked token in the background and the chosen one
     highlighted, on the same y axis for all tokens of a model. The frames are
     pre-rendered PNGs switched by JavaScript
-    (:func:`~nmst_lib.plots.explorers.explorer_html`): no kernel needed. The live twin
-    is :func:`temperature_explorer_widget`.
+    (:func:`~nmst_lib.plots.explorers.explorer_html`): no kernel needed. The
+    live twin is :func:`temperature_explorer_widget`.
 
     Args:
         runs: ``{model label: {"epochs": [R], "temperatures": [R, N],

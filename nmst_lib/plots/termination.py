@@ -300,9 +300,10 @@ def rnt_explorer_html(
         y_floor: the lowest r_nt shown (see :func:`rnt_plot`).
 
     Every frame is drawn by :func:`rnt_plot` on the same axes limits, so
-    frames compare at a glance (see :func:`~nmst_lib.plots.explorers.explorer_html`).
-    The live twin is :func:`rnt_explorer_widget`. Chapters 2 and 6
-    (``02_consistency``, ``06_wikitext``).
+    frames compare at a glance (see
+    :func:`~nmst_lib.plots.explorers.explorer_html`). The live twin is
+    :func:`rnt_explorer_widget`. Chapters 2 and 6 (``02_consistency``,
+    ``06_wikitext``).
     """
     explorer = _rnt_explorer(curves_by_key, control_names, title, y_floor)
     return explorer.html(dpi=dpi)
@@ -319,8 +320,8 @@ def rnt_explorer_widget(
     as an ``ipywidgets.interactive``.
 
     Takes the same curves and draws the same frames with :func:`rnt_plot`,
-    on demand (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapters 2 and 6
-    (``02_consistency``, ``06_wikitext``).
+    on demand (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapters 2
+    and 6 (``02_consistency``, ``06_wikitext``).
     """
     explorer = _rnt_explorer(curves_by_key, control_names, title, y_floor)
     return explorer.widget()
@@ -348,8 +349,8 @@ def history_plot(
             epochs 1, 2, ...; the runs of one label share its style and one
             legend entry (e.g. the seeds of one model).
         styles: matplotlib keyword arguments per label (default:
-            :func:`~nmst_lib.plots.style.model_style` when the label starts with
-            VA, ST or NMST).
+            :func:`~nmst_lib.plots.style.model_style` when the label starts
+            with VA, ST or NMST).
         log_y: a log y axis (perplexities fall geometrically early in
             training).
 

@@ -1,8 +1,8 @@
 """p(eos) along real lines, token by token: the figures of Chapters 6 and 7.
 
 Step t is on the x axis and its tick is the token y_t being predicted (the
-book's step convention, :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`): the point
-at step t is the probability of stopping *instead of* emitting y_t (Choi,
+book's step convention, :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`): the
+point at step t is the probability of stopping *instead of* emitting y_t (Choi,
 Cho, Lee 2023, Figs. 3 and 6).
 
 * :func:`eos_trace_plot`: the WikiText-2 models of Chapter 6
@@ -79,8 +79,8 @@ def eos_trace_plot(
     Step t is on the x axis and its tick is labelled with the token y_t being
     predicted: the point at step t is the probability of stopping *instead
     of* emitting y_t (the book's step convention,
-    :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`; Choi, Cho, Lee 2023, Figs. 3 and
-    6).
+    :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`; Choi, Cho, Lee 2023, Figs. 3
+    and 6).
 
     Args:
         tokens: the line's continuation tokens y_1, y_2, ... (the last one
@@ -290,13 +290,13 @@ def eos_token_plot(
     tokens on the x axis (Choi, Cho, Lee 2023, Figs. 3 and 6).
 
     Step t is on the x axis and its tick is the token y_t being predicted
-    (the book's step convention, :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`):
-    the point at step t is the probability of stopping *instead of* emitting
-    y_t. Ticks of tokens after which the line could end
-    (:data:`SENTENCE_END_CHARS`) are red, as in the paper, and the step right
-    after each of them, where the model may stop, is shaded: NMST's curve
-    can rise there and fall again, ST's can only rise (Chapter 4, monotone
-    ST; Chapter 5, NMST).
+    (the book's step convention,
+    :data:`~nmst_lib.plots.style.STEP_AXIS_LABEL`): the point at step t is the
+    probability of stopping *instead of* emitting y_t. Ticks of tokens after
+    which the line could end (:data:`SENTENCE_END_CHARS`) are red, as in the
+    paper, and the step right after each of them, where the model may stop, is
+    shaded: NMST's curve can rise there and fall again, ST's can only rise
+    (Chapter 4, monotone ST; Chapter 5, NMST).
 
     Args:
         tokens: the continuation's readable tokens y_1, y_2, ... (e.g. GPT-2
@@ -528,8 +528,8 @@ def eos_token_explorer_html(
     eps, and the lower bound f_lb(t) = 1 - (1 - eps)^t, with the line's
     tokens on the x axis and sentence ends in red. All frames of one line
     share their y limits. Frames are pre-rendered PNGs switched by JavaScript
-    (:func:`~nmst_lib.plots.explorers.explorer_html`), so the controls work without a
-    kernel; the live twin is :func:`eos_token_explorer_widget`.
+    (:func:`~nmst_lib.plots.explorers.explorer_html`), so the controls work
+    without a kernel; the live twin is :func:`eos_token_explorer_widget`.
 
     Args:
         lines: one mapping per validation line with ``"context"`` (readable
@@ -571,7 +571,8 @@ def eos_token_explorer_widget(
 
     Takes the same lines and draws the same frames with
     :func:`eos_token_plot`, on demand
-    (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapter 7 (``07_gpt2``).
+    (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapter 7
+    (``07_gpt2``).
     """
     explorer = _eos_token_explorer(
         lines, max_tokens, label_words, initial_head, initial_eps
