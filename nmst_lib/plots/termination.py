@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_records
 from .explorers import Control, Explorer
 from .style import (
     COLUMN_WIDTH,
@@ -586,15 +586,7 @@ def length_histogram_plot(
 def _tradeoff_rows(points) -> list[dict]:
     """The ``points`` of :func:`eps_tradeoff_plot`, checked, as dicts with
     ``head``, ``eps``, ``ppl``, ``rnt`` and their standard deviations."""
-    if (
-        isinstance(points, (str, bytes, Mapping))
-        or not isinstance(points, Sequence)
-        or len(points) == 0
-    ):
-        raise TypeError(
-            "points must be a non-empty sequence of mappings with 'head', "
-            "'eps', 'ppl' and 'rnt'"
-        )
+    points = check_records(points, "points", "'head', 'eps', 'ppl' and 'rnt'")
     rows = []
     for i, point in enumerate(points):
         if not isinstance(point, Mapping) or any(

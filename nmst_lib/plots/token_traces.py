@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from .._validation import check_eps, check_positive_int
+from .._validation import check_eps, check_positive_int, check_records
 from ..heads import eos_lower_bound
 from .explorers import Control, Explorer
 from .style import (
@@ -208,15 +208,7 @@ def _check_line_probs(i: int, p_eos, n: int) -> dict:
 def _check_eos_lines(lines) -> list[dict]:
     """Validate the ``lines`` of :func:`eos_token_explorer_html` and return
     normalised copies."""
-    if (
-        isinstance(lines, (str, bytes, Mapping))
-        or not isinstance(lines, Sequence)
-        or len(lines) == 0
-    ):
-        raise TypeError(
-            "lines must be a non-empty sequence of mappings with 'context', "
-            "'tokens' and 'p_eos'"
-        )
+    lines = check_records(lines, "lines", "'context', 'tokens' and 'p_eos'")
     out = []
     for i, line in enumerate(lines):
         if not isinstance(line, Mapping):
