@@ -118,6 +118,29 @@ def _mark_half_life(ax, eps: float, t_max: int) -> None:
     )
 
 
+def _draw_lower_bound(ax, steps: np.ndarray, eps: float) -> None:
+    """f_lb(t) = 1 - (1 - eps)^t, dash-dotted in black."""
+    f_lb = eos_lower_bound(torch.from_numpy(steps).double(), eps)
+    ax.plot(
+        steps,
+        f_lb.numpy(),
+        color=COLORS["black"],
+        linewidth=1.0,
+        linestyle="-.",
+        label=r"$f_{lb}(t) = 1-(1-\epsilon)^t$",
+    )
+
+
+def _probability_axis(ax, yscale: str, lowest: float) -> None:
+    """A linear axis from 0 to 1, or a log axis down to a third of
+    ``lowest``."""
+    if yscale == "log":
+        ax.set_yscale("log")
+        ax.set_ylim(lowest / 3, 1.5)
+    else:
+        ax.set_ylim(-0.02, 1.04)
+
+
 def plot_eos_probabilities(
     eps: float = 1e-3,
     shape: str = "one_stop",
@@ -163,15 +186,7 @@ def plot_eos_probabilities(
     fig, ax = _figure_and_axes(ax)
 
     if show_lower_bound:
-        f_lb = eos_lower_bound(torch.from_numpy(steps).double(), eps)
-        ax.plot(
-            steps,
-            f_lb.numpy(),
-            color=COLORS["black"],
-            linewidth=1.0,
-            linestyle="-.",
-            label=r"$f_{lb}(t) = 1-(1-\epsilon)^t$",
-        )
+        _draw_lower_bound(ax, steps, eps)
     for head in heads:
         ax.plot(
             steps,
@@ -185,11 +200,7 @@ def plot_eos_probabilities(
 
     ax.set_xscale("log")
     ax.set_xlim(1, t_max)
-    if yscale == "log":
-        ax.set_yscale("log")
-        ax.set_ylim(min(baseline, eps) / 3, 1.5)
-    else:
-        ax.set_ylim(-0.02, 1.04)
+    _probability_axis(ax, yscale, min(baseline, eps))
     ax.set_xlabel(_T_LABEL)
     ax.set_ylabel(r"$p(\mathrm{eos} \mid y_{<t}, x)$")
     ax.set_title(

@@ -108,6 +108,23 @@ def _rank_colorbar(fig, ax, norm, cmap) -> None:
     bar.set_label("frequency rank (1 = most frequent)", fontsize=9)
 
 
+def _draw_token_lines(ax, epochs, y, ranks, cmap, norm, highlight) -> None:
+    """One line per tracked token but ``highlight``, coloured by frequency
+    rank: rare tokens first, frequent ones on top; thin when a token is
+    highlighted."""
+    thin = highlight is not None
+    for i in np.argsort(-ranks, kind="stable"):
+        if i == highlight:
+            continue
+        ax.plot(
+            epochs,
+            y[:, i],
+            color=cmap(norm(ranks[i] + 1)),
+            linewidth=0.6 if thin else 1.0,
+            alpha=0.35 if thin else 0.8,
+        )
+
+
 def temperature_over_training_plot(
     epochs,
     temperatures,
@@ -164,19 +181,7 @@ def temperature_over_training_plot(
     vmax = max(int(ranks.max()) + 1, 2)
     norm = matplotlib.colors.LogNorm(vmin=1, vmax=vmax)
     y = temps - float(offset)
-    # rare tokens first, frequent ones drawn on top
-    order = np.argsort(-ranks, kind="stable")
-    thin = highlight is not None
-    for i in order:
-        if i == highlight:
-            continue
-        ax.plot(
-            epochs,
-            y[:, i],
-            color=cmap(norm(ranks[i] + 1)),
-            linewidth=0.6 if thin else 1.0,
-            alpha=0.35 if thin else 0.8,
-        )
+    _draw_token_lines(ax, epochs, y, ranks, cmap, norm, highlight)
     if highlight is not None:
         name = labels[highlight] if labels else f"token {highlight}"
         ax.plot(

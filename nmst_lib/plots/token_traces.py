@@ -268,6 +268,34 @@ def _model_label(head: str, eps) -> str:
     return "VA" if head == "va" else f"{head.upper()} ε={_eps_text(eps)}"
 
 
+def _draw_models(ax, probs: dict, n: int, eps: float | None) -> None:
+    """p(eos) of each model over the first ``n`` steps (VA, then ST and NMST
+    by eps), and the lower bound of ``eps`` when given."""
+    steps = np.arange(1, n + 1)
+    order = sorted(
+        probs, key=lambda k: (_MODEL_HEADS.index(k[0]), k[1] or 0.0)
+    )
+    for head, e in order:
+        ax.plot(
+            steps,
+            probs[(head, e)][:n],
+            marker=".",
+            markersize=4,
+            label=_model_label(head, e),
+            **HEAD_STYLES[head.upper()],
+        )
+    if eps is not None:
+        t = torch.as_tensor(steps, dtype=torch.float64)
+        ax.plot(
+            steps,
+            eos_lower_bound(t, eps).numpy(),
+            color="0.55",
+            linewidth=0.9,
+            linestyle="-.",
+            label=f"f_lb(t), ε={_eps_text(eps)}",
+        )
+
+
 def eos_token_plot(
     tokens: Sequence[str],
     p_eos: Mapping[tuple, Sequence[float]],
@@ -321,31 +349,7 @@ def eos_token_plot(
         )
     else:
         fig = ax.figure
-    steps = np.arange(1, n + 1)
-    order = sorted(
-        probs, key=lambda k: (_MODEL_HEADS.index(k[0]), k[1] or 0.0)
-    )
-    for head, e in order:
-        ax.plot(
-            steps,
-            probs[(head, e)][:n],
-            marker=".",
-            markersize=4,
-            label=_model_label(head, e),
-            **HEAD_STYLES[head.upper()],
-        )
-    if eps is not None:
-        floor = eos_lower_bound(
-            torch.as_tensor(steps, dtype=torch.float64), eps
-        )
-        ax.plot(
-            steps,
-            floor.numpy(),
-            color="0.55",
-            linewidth=0.9,
-            linestyle="-.",
-            label=f"f_lb(t), ε={_eps_text(eps)}",
-        )
+    _draw_models(ax, probs, n, eps)
     ax.set_yscale("log")
     if ylim is not None:
         ax.set_ylim(*ylim)
