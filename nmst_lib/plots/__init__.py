@@ -53,7 +53,11 @@ The numbers the eos-probability figure draws are computed in
 as the chapters have always imported them.
 """
 
-from ..theory import EOS_SHAPES, eos_probabilities, eos_trajectory
+# where the chapters have always imported them from (the `as` marks a
+# re-export that is not in __all__)
+from ..theory import EOS_SHAPES as EOS_SHAPES
+from ..theory import eos_probabilities as eos_probabilities
+from ..theory import eos_trajectory as eos_trajectory
 from .eos_curves import (
     eos_explorer_html,
     eos_explorer_widget,
@@ -98,13 +102,13 @@ from .termination import (
 )
 from .token_traces import (
     SENTENCE_END_CHARS,
-    _is_sentence_end,
-    _token_labels,
     eos_token_explorer_html,
     eos_token_explorer_widget,
     eos_token_plot,
     eos_trace_plot,
 )
+from .token_traces import _is_sentence_end as _is_sentence_end
+from .token_traces import _token_labels as _token_labels
 
 # Grouped by figure family, in the order of the modules above (the API page,
 # book/api.md, shows each module with its own __all__). EOS_SHAPES,
@@ -159,11 +163,3 @@ __all__ = [  # noqa: RUF022
     "temperature_explorer_html",
     "temperature_explorer_widget",
 ]
-
-_COMPATIBLE = (
-    EOS_SHAPES,
-    eos_probabilities,
-    eos_trajectory,
-    _is_sentence_end,
-    _token_labels,
-)
