@@ -2,9 +2,9 @@
 kernel.
 
 An explorer is a drawing function ``draw(**values) -> Figure`` and its
-:class:`Control` s (the menus and sliders that choose ``values``), held
-together by :class:`Explorer`. It has two front-ends built on that ONE
-drawing function:
+controls (each a :class:`Control`: the menus and sliders that choose
+``values``), held together by :class:`Explorer`. It has two front-ends built
+on that ONE drawing function:
 
 * :func:`explorer_html`, for the static website: every setting of the
   controls is rendered in advance to a PNG frame, and a few lines of
