@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -47,3 +48,18 @@ def check_positive_int(value, name: str, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
     return value
+
+
+def check_records(value, name: str, fields: str) -> list:
+    """Check that ``value`` is a non-empty sequence (not a string or a
+    mapping) and return it as a list; ``fields`` says what each record holds,
+    for the message (e.g. ``"'head', 'eps', 'ppl' and 'rnt'"``)."""
+    if (
+        isinstance(value, (str, bytes, Mapping))
+        or not isinstance(value, Sequence)
+        or len(value) == 0
+    ):
+        raise TypeError(
+            f"{name} must be a non-empty sequence of mappings with {fields}"
+        )
+    return list(value)

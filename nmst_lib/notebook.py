@@ -55,7 +55,7 @@ def setup_notebook(seed: int = 0, *, style: bool = True, verbose: bool = True) -
 
     Args:
         seed: non-negative integer for :func:`seed_everything`.
-        style: apply :func:`nmst_lib.plots.use_book_style` (Okabe-Ito colours, labelled,
+        style: apply :func:`nmst_lib.plots.style.use_book_style` (Okabe-Ito colours, labelled,
             uncluttered axes) to matplotlib.
         verbose: print the seed, the device (and the GPU's name) and the versions used, so a
             reader can tell which run produced a page.
