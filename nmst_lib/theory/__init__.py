@@ -1,0 +1,117 @@
+"""The papers' constructions and bounds as code.
+
+* :func:`inconsistent_rnn` builds the tanh RNN of the proof of Welleck et al. (2020),
+  Theorem 3.4: a *consistent* language model (every finite sequence has positive
+  probability, eos has probability bounded away from zero) under which greedy search, top-k,
+  nucleus and beam search never emit eos (Chapter 2, ``02_consistency``).
+* :func:`half_life_bound`, :func:`first_step_eos_above_half` and
+  :func:`beam_termination_bound` are the step counts used in the consistency proofs of the
+  self-terminating (ST) and non-monotonic self-terminating (NMST) models: Welleck et al.
+  (2020) Theorems 4.2-4.3 and Choi, Cho, Lee (2023) Theorem 3 (Chapters 4-5,
+  ``04_self_terminating`` and ``05_nmst``).
+* :func:`eos_outside_support_model` (Chapter 8, ``08_sparse``) is a bigram model whose scores
+  put eos at least ``1/(alpha - 1)`` below the best token at every step, so that alpha-entmax
+  gives eos probability exactly zero (:func:`entmax_eos_gap`, :func:`entmax_excludes`): every
+  decoder, ancestral (entmax) sampling included, never terminates, while the softmax of the same
+  scores terminates with probability one and the NMST-entmax head on them terminates by
+  :func:`nmst_sampling_nontermination_bound`.
+* :func:`eos_trajectory` and :func:`eos_probabilities` (Chapters 4-5) follow
+  one trajectory of the wish to stop lambda(t) (:data:`EOS_SHAPES`, Remark 1's
+  among them) through the VA, ST and NMST output layers: ST's p(eos) can only
+  rise, NMST's rises and falls with lambda(t) above the floor f_lb(t). The
+  eos-probability explorer of :mod:`nmst_lib.plots` draws them.
+* :func:`remark1_dataset` is the two-sequence data set of Choi, Cho, Lee (2023) Remark 1
+  ("I am a boy" / "I am a boy, and you are a girl."), whose optimal eos probabilities are not
+  monotone in t, so that no ST model can fit it (Chapter 5, ``05_nmst``).
+* :func:`tempered_log_softmax` and the functions after it are what a temperature does
+  (Chapter 9, ``09_temperature``): a global or per-token temperature's effect on the entropy
+  (:func:`entropy_temperature_derivative`), on the nucleus (:func:`tempered_nucleus_size`) and
+  on which token can become the argmax (:func:`can_become_argmax`), the mean of the
+  softmax-normalised temperatures (:func:`softmax_temperature_mean`), and NMST's floor on
+  p(eos) under any non-eos temperatures (:func:`tempered_nmst_log_probs`).
+
+Chapters 2-5, 8 and 9 check their theorems numerically with these; the experiment chapters
+(6-9) read the step bounds (e.g. :func:`first_step_eos_above_half`) to mark findings that a
+theorem forces.
+
+Conventions (ARCHITECTURE.md): steps t count continuation tokens, t = 1 predicts the first token
+after the context; the ST/NMST lower bound on p(eos at t) is f_lb(t) = 1 - (1 - eps)^t.
+"""
+
+from __future__ import annotations
+
+from .consistency import (  # noqa: F401
+    InconsistentRNN,
+    inconsistent_rnn,
+    EosTrace,
+    eos_rank_and_prob,
+)
+from .termination import (  # noqa: F401
+    half_life_bound,
+    first_step_eos_above_half,
+    beam_termination_bound,
+)
+from .sparse import (  # noqa: F401
+    entmax_eos_gap,
+    entmax_excludes,
+    EosOutsideSupportModel,
+    eos_outside_support_model,
+    nmst_sampling_nontermination_bound,
+)
+from .nonmonotone import (  # noqa: F401
+    RemarkOneDataset,
+    remark1_dataset,
+    optimal_eos_probs,
+    monotone_violation,
+    best_monotone_eos_probs,
+    eos_log_likelihood,
+)
+from .eos_shapes import (  # noqa: F401
+    EOS_SHAPES,
+    eos_trajectory,
+    eos_probabilities,
+)
+from .tempered import (  # noqa: F401
+    tempered_log_softmax,
+    tempered_softmax,
+    tempered_entropy,
+    entropy_temperature_derivative,
+    tempered_nucleus_size,
+    can_become_argmax,
+    softmax_temperature_mean,
+    tempered_nmst_log_probs,
+)
+
+__all__ = [
+    "InconsistentRNN",
+    "inconsistent_rnn",
+    "EosTrace",
+    "eos_rank_and_prob",
+    "half_life_bound",
+    "first_step_eos_above_half",
+    "beam_termination_bound",
+    "entmax_eos_gap",
+    "entmax_excludes",
+    "EosOutsideSupportModel",
+    "eos_outside_support_model",
+    "nmst_sampling_nontermination_bound",
+    "RemarkOneDataset",
+    "remark1_dataset",
+    "optimal_eos_probs",
+    "monotone_violation",
+    "best_monotone_eos_probs",
+    "eos_log_likelihood",
+    # Chapter 9 (09_temperature): temperatures
+    "tempered_log_softmax",
+    "tempered_softmax",
+    "tempered_entropy",
+    "entropy_temperature_derivative",
+    "tempered_nucleus_size",
+    "can_become_argmax",
+    "softmax_temperature_mean",
+    "tempered_nmst_log_probs",
+    # Chapters 4-5: eos probabilities of a constructed model (plots re-exports them)
+    "EOS_SHAPES",
+    "eos_trajectory",
+    "eos_probabilities",
+]
