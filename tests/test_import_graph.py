@@ -109,11 +109,11 @@ def test_the_graph_sees_every_kind_of_import():
     depth, ``from . import module``, and imports inside functions."""
     graph = import_graph()
     assert "nmst_lib.files" in graph["nmst_lib.experiments.results"]
-    assert "nmst_lib.data" in graph["nmst_lib.experiments.train"]  # from ..
+    assert "nmst_lib.data" in graph["nmst_lib.experiments.trainer"]  # from ..
     assert "nmst_lib.data.sources" in graph["nmst_lib.data.corpus"]
     assert "nmst_lib.heads" in graph["nmst_lib.models"]  # inside functions
     assert "nmst_lib.data.sources" in graph["nmst_lib.models"]
-    assert "nmst_lib.experiments.train" in graph["nmst_lib.__main__"]
+    assert "nmst_lib.experiments.trainer" in graph["nmst_lib.__main__"]
 
 
 def test_no_import_cycle():

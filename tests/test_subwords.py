@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from nmst_lib import data as D
-from nmst_lib.experiments import make_config
-from nmst_lib.experiments.runs import unk_counts
-from nmst_lib.experiments.train import build_vocabulary_for
 from nmst_lib.data.subwords import (
     WORD_START,
     SubwordVocabulary,
     learn_subword_vocabulary,
 )
+from nmst_lib.experiments import make_config
+from nmst_lib.experiments.runs import unk_counts
+from nmst_lib.experiments.trainer import build_vocabulary_for
 
 pytest.importorskip("tokenizers")
 

@@ -36,6 +36,8 @@ from .config import ExperimentConfig, parse_decoder, validate_config
 from .results import CURRENT, LOCAL, PUBLISHED, StoredResult, default_results_dir, load_result
 
 __all__ = [
+    "SAMPLING_MARGIN",
+    "BEAM_OVERHEAD",
     "WIKITEXT2_SIZES",
     "TimeEstimate",
     "describe_results",

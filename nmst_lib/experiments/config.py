@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from .._validation import check_eps, check_positive_int
 
 __all__ = [
+    "canonical_hash",
     "PROFILES",
     "VOCAB_KINDS",
     "ARCHS",

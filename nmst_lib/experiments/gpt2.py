@@ -65,6 +65,7 @@ from .results import GPT2_FOLDER, RESULT_SCHEMA, StoredResult, current_records
 from .runs import describe_run, run_experiment
 
 __all__ = [
+    "CPU_ST_EPS",
     "WELLECK_EPS",
     "WELLECK_L",
     "TABLE4_DECODERS",

@@ -54,6 +54,8 @@ from ..files import (  # re-exported: their importers keep working
 from .config import ExperimentConfig, config_hash, validate_config
 
 __all__ = [
+    "utc_now",
+    "command_line",
     "RESULT_SCHEMA",
     "CURRENT",
     "STALE",

@@ -46,6 +46,7 @@ from .distributed import DistContext, all_reduce_sum, init_distributed, no_sync,
 from .results import is_source_checkout, user_cache_dir
 
 __all__ = [
+    "build_vocabulary_for",
     "CheckpointError",
     "PreparedData",
     "TrainedRun",

@@ -32,15 +32,17 @@ from matplotlib.figure import Figure
 from .._validation import check_eps
 from ..heads import eos_lower_bound
 from ..theory import (
-    _HEADS,
     EOS_SHAPES,
-    _check_heads,
-    _check_probability,
-    _check_shape,
     eos_probabilities,
     eos_trajectory,
     first_step_eos_above_half,
     half_life_bound,
+)
+from ..theory.eos_shapes import (
+    _HEADS,
+    _check_heads,
+    _check_probability,
+    _check_shape,
 )
 from .explorers import Control, Explorer
 from .style import (

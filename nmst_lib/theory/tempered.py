@@ -283,7 +283,7 @@ def tempered_nmst_log_probs(logits, tau, eos_id, eps, t=None) -> torch.Tensor:
     ignored). ``tau``: a number, ``[..., 1]`` or ``[..., V]``; ``t`` as for ``nmst_log_probs``
     (default ``1..T`` along dim -2). The contextual head with an NMST base must agree with it.
     """
-    from .heads import nmst_log_probs
+    from ..heads import nmst_log_probs
 
     z = _check_scores(logits, "logits")
     tau = _check_temperature(tau, z)
