@@ -752,6 +752,10 @@ def _beam_search(model, contexts, beam_size: int, max_len: int, vocab_size: int,
     Also returns each context's first finish step: the first t (1-based) at which a kept
     expansion ended in eos, ``max_len + 1`` if none did. Nothing before step L depends on
     ``max_len >= L``, so a search limited to L steps terminates iff this is <= L.
+
+    One function of about 90 lines of code on purpose: the step updates eight tensors of the
+    working batch together (scores, back-pointers, live and finished sets, first finish
+    steps), and a reader checks Def. A.2 against it in one place.
     """
     batch, width = contexts.shape[0], beam_size
     per_row = min(width, vocab_size)  # a row contributes at most this many expansions

@@ -115,6 +115,18 @@ def unk_counts(tokens: torch.Tensor, lengths: torch.Tensor, unk_id: int, eos_id:
     return int((emitted & (tokens == unk_id)).sum()), int(emitted.sum())
 
 
+def _examples(vocab, contexts: torch.Tensor, g, first_index: int, count: int, example_tokens: int) -> list[dict]:
+    """The first ``count`` continuations of a decoded chunk as readable text (at most
+    ``example_tokens`` tokens each), numbered from ``first_index``: what a page shows of them."""
+    out = []
+    for i in range(min(count, contexts.shape[0])):
+        n = int(g.lengths[i])
+        out.append({"index": first_index + i, "context": _display_text(vocab, contexts[i]),
+                    "continuation": _display_text(vocab, g.tokens[i, :min(n, example_tokens)]),
+                    "length": n, "terminated": bool(g.terminated[i])})
+    return out
+
+
 def _peak_memory_start(device: torch.device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -194,11 +206,7 @@ def decode_at_scale(model, contexts: torch.Tensor, decoder: str, *, max_len: int
             unk, emitted = unk_counts(g.tokens, g.lengths, vocab.unk_id, vocab.eos_id)
             unk_tokens, word_tokens = unk_tokens + unk, word_tokens + emitted
         if vocab is not None and len(examples) < num_examples:
-            for i in range(min(num_examples - len(examples), chunk.shape[0])):
-                n = int(g.lengths[i])
-                examples.append({"index": len(examples), "context": _display_text(vocab, chunk[i]),
-                                 "continuation": _display_text(vocab, g.tokens[i, :min(n, example_tokens)]),
-                                 "length": n, "terminated": bool(g.terminated[i])})
+            examples += _examples(vocab, chunk, g, len(examples), num_examples - len(examples), example_tokens)
     wall = time.perf_counter() - start
     n = contexts.shape[0]
     terminated = hist[1:max_len + 1]
