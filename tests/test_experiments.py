@@ -380,3 +380,15 @@ def test_parallel_suite_gives_the_same_results_as_a_serial_one(tmp_path):
         assert {k: v["rnt"] for k, v in a.data["decoding"].items()} == {k: v["rnt"] for k, v in b.data["decoding"].items()}
     with pytest.raises(ValueError, match="jobs"):
         run_suite("quick", results_dir=tmp_path / "x", jobs=0)
+
+
+def test_a_relative_improvement_threshold_stops_training_on_a_plateau(tmp_path):
+    """min_improvement (Chapter 6's converged recipe): an epoch better by less than the threshold
+    halves the lr and counts towards patience, but its weights are still the best kept."""
+    config = quick("va", None, max_epochs=6, patience=1, min_improvement=0.9)
+    run = train(config, checkpoint_dir=tmp_path, progress=False)
+    history = run.history
+    assert len(history) == 2 and run.stopped_early  # epoch 2 cannot be 90 % better than epoch 1
+    assert history[1]["lr"] == history[0]["lr"]  # the halving applies from the next epoch on
+    best = min(history, key=lambda h: h["val_ppl"])
+    assert run.best_epoch == best["epoch"]

@@ -133,3 +133,18 @@ def test_unk_share_counts_emitted_tokens_only():
         [4, 3]
     )  # row 0 ends with eos; row 1 cut after 3 tokens
     assert unk_counts(tokens, lengths, unk, eos) == (3, 6)
+
+
+def test_min_improvement_is_a_relative_threshold_left_out_of_old_hashes():
+    from nmst_lib.experiments.trainer import _improves
+
+    assert _improves(99.0, 100.0, 0.0) and not _improves(100.0, 100.0, 0.0)
+    assert not _improves(99.6, 100.0, 0.005)  # 0.4 % better: a plateau epoch
+    assert _improves(99.4, 100.0, 0.005)  # 0.6 % better
+    assert _improves(1e9, float("inf"), 0.005)  # the first epoch always improves
+    word = make_config("cpu", "lstm", "va")
+    assert "min_improvement" not in word.to_dict()
+    tuned = make_config("cpu", "lstm", "va", min_improvement=0.005)
+    assert tuned.to_dict()["min_improvement"] == 0.005
+    with pytest.raises(ValueError, match="min_improvement must lie in"):
+        make_config("cpu", "lstm", "va", min_improvement=1.5)

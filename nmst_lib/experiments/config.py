@@ -235,7 +235,8 @@ class ExperimentConfig:
     per-token loss (:meth:`nmst_lib.heads.OutputHead.token_losses`: the negative log-likelihood for
     va/st/nmst, the entmax loss of Martins et al. (2020) eq. 6 for entmax, its NMST version for
     nmst-entmax); the learning rate is multiplied by ``lr_decay`` after every epoch whose
-    validation score does not improve; training stops after ``patience`` such epochs in a row or
+    validation score does not improve (by more than the relative ``min_improvement``, default 0:
+    any improvement counts); training stops after ``patience`` such epochs in a row or
     ``max_epochs``; the best epoch by validation score is kept. The validation score is the
     validation mean of the head's own loss: for va/st/nmst that is log perplexity, so the
     perplexity itself is compared (as in Chapter 6); for entmax heads perplexity can be infinite
@@ -301,6 +302,7 @@ class ExperimentConfig:
     lr_decay: float = 0.5
     max_epochs: int = 70
     patience: int = 10
+    min_improvement: float = 0.0
     batch_size: int = 32
     max_batch_tokens: int | None = None
     clip: float = 1.0
@@ -407,7 +409,7 @@ class ExperimentConfig:
         return validate_config(replace(self, **changes))
 
 
-_OMITTED_AT_DEFAULT = {"alpha": None, "vocab_kind": "word", "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
+_OMITTED_AT_DEFAULT = {"alpha": None, "vocab_kind": "word", "min_improvement": 0.0, "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
                        "lr_schedule": "plateau", "lr_decay_steps": None, "max_steps": None, "grad_accum": 1,
                        "no_decay_bias_norm": False,
                        "temperature": None, "temperature_a": None, "temperature_b": None, "temperature_lambda": None,
@@ -474,11 +476,13 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
             check_positive_int(getattr(config, name), name)
     if isinstance(config.num_eos_lines, bool) or not isinstance(config.num_eos_lines, int) or config.num_eos_lines < 0:
         raise ValueError(f"num_eos_lines must be an integer >= 0, got {config.num_eos_lines!r}")
-    for name, lo, hi, closed_hi in (("dropout", 0.0, 1.0, False), ("lr_decay", 0.0, 1.0, True)):
+    for name, lo, hi, closed_hi in (("dropout", 0.0, 1.0, False), ("lr_decay", 0.0, 1.0, True),
+                                    ("min_improvement", 0.0, 1.0, False)):
         v = getattr(config, name)
         _check_number(v, name)
         if not (lo <= v < hi or (closed_hi and v == hi)) or (name == "lr_decay" and v == 0):
-            raise ValueError(f"{name} must lie in {'(0, 1]' if name == 'lr_decay' else '[0, 1)'}, got {v!r}")
+            raise ValueError(f"{name} must lie in {'(0, 1]' if name == 'lr_decay' else '[0, 1)'}, got {v!r}"
+                             + (" (a relative threshold, e.g. 0.005 for 0.5 %)" if name == "min_improvement" else ""))
     for name in ("lr", "clip"):
         v = getattr(config, name)
         _check_number(v, name)

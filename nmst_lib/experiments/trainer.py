@@ -565,6 +565,14 @@ def _check_hooks(monitor, monitor_every, checkpoint_every) -> tuple[int | None, 
     return monitor_every, checkpoint_every
 
 
+def _improves(score: float, best: float, min_improvement: float) -> bool:
+    """Whether a validation score (lower is better) improves on ``best`` by more than the
+    relative threshold ``min_improvement`` (0: any improvement; 0.005: by more than 0.5 %, the
+    ``rel`` threshold of PyTorch's ``ReduceLROnPlateau``). An epoch that does not halves the lr
+    (``plateau``) and counts towards ``patience`` (Choi et al. (2023) App. D; Chapter 6)."""
+    return score < best - abs(best) * min_improvement if math.isfinite(best) else score < best
+
+
 class Trainer:
     """One training run of :func:`train` as steps a reader can follow: set up (model, AdamW,
     grad scaler, progress, all seeded from the config), :meth:`restore` a checkpoint,
@@ -673,9 +681,12 @@ class Trainer:
                   "train_loss": prog.epoch_loss_sum / max(prog.epoch_tokens, 1), "train_tokens": prog.epoch_tokens}
         if config.lr_schedule != "plateau" or config.max_steps is not None or config.grad_accum != 1:
             record["optimizer_steps"] = prog.opt_step  # Chapter 7's runs; Chapter 6's records keep their keys
-        if score < prog.best_val_ppl:
-            prog.best_val_ppl, prog.best_epoch, prog.bad_epochs = score, epoch_no, 0
+        significant = _improves(score, prog.best_val_ppl, config.min_improvement)
+        if score < prog.best_val_ppl:  # the best weights are kept whatever the threshold
+            prog.best_val_ppl, prog.best_epoch = score, epoch_no
             self.best_state = _clone_state(self.model)
+        if significant:
+            prog.bad_epochs = 0
         else:
             prog.bad_epochs += 1
             if config.lr_schedule == "plateau":

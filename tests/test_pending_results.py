@@ -1,0 +1,34 @@
+"""Results of issue 23's plan that wait for their chapter (pending_results/README.md): each is
+the stamped result of the config it names, made from a clean commit, and the recipe the plan
+states (BPE pieces, early stopping, the epoch cap)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nmst_lib.experiments.config import config_from_dict, config_hash
+
+ROOT = Path(__file__).resolve().parents[1]
+PENDING = sorted((ROOT / "pending_results").rglob("*.json"))
+
+
+def test_the_folder_says_what_it_holds():
+    assert (ROOT / "pending_results" / "README.md").is_file()
+
+
+@pytest.mark.parametrize("path", PENDING, ids=[p.stem for p in PENDING])
+def test_a_pending_result_is_the_stamped_result_of_its_config(path):
+    data = json.loads(path.read_text(encoding="utf-8"))
+    config = config_from_dict(data["config"])
+    assert data["config_hash"] == config_hash(config)
+    assert data["key"] == config.key == path.stem
+    assert config.vocab_kind == "bpe" and config.profile == "cpu"
+    prov = data["provenance"]
+    assert prov["git_dirty"] is False and len(prov["git_sha"]) == 40
+    metrics = data["metrics"]
+    assert metrics["epochs_run"] == len(metrics["history"]) <= config.max_epochs
+    best = min(metrics["history"], key=lambda h: h["val_ppl"])
+    assert best["epoch"] == metrics["best_epoch"]
