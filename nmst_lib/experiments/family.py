@@ -67,7 +67,8 @@ class Family:
     profile, in run order), ``config_hash(config)``, ``config_from_dict(d)``
     (inverse of ``config.to_dict()``), ``run(config, *, results_dir,
     checkpoint_dir, resume, device, progress, log, command)`` (train or resume,
-    evaluate, store; returns the :class:`StoredResult`), ``describe(config)``
+    evaluate, store; returns the
+    :class:`~nmst_lib.experiments.results.StoredResult`), ``describe(config)``
     (one line for ``--dry-run``), ``missing_hint`` (how to make a missing
     result) and ``distributed`` (whether ``--nproc`` can train its models
     data-parallel: ``run`` then also takes ``dist``, and
