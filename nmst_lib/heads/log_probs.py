@@ -50,9 +50,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ._validation import check_eps, check_index
-from .entmax import entmax_loss, log_entmax
-from .fused import FusedNLL, ProjectedFusedNLL, fused_nll_forward
+from .._validation import check_eps, check_index
+from ..entmax import entmax_loss, log_entmax
+from ..fused import FusedNLL, ProjectedFusedNLL, fused_nll_forward
 
 __all__ = [
     "log1mexp",
