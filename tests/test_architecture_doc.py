@@ -221,7 +221,7 @@ def test_the_book_shows_the_document():
 def test_the_checks_catch_a_missing_path_a_missing_name_and_an_upward_import(tmp_path):
     assert repository_paths("`nmst_lib/a.py`, `scripts/x.sh --y`, `~/.cache/z`, `data/{b,c}.md`") == [
         "data/b.md", "data/c.md", "nmst_lib/a.py", "scripts/x.sh"]
-    assert path_problem("nmst_lib/heads.py") is None
+    assert path_problem("nmst_lib/heads/modules.py") is None
     assert path_problem("nmst_lib/no_such_module.py") == "does not exist"
     assert path_problem("nmst_lib/published_results/<key>.json") is None
     assert path_problem("nmst_lib/published_results/*/*.json") is None

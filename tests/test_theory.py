@@ -285,7 +285,7 @@ def test_bounds_reject_non_numbers_and_bad_beam_sizes():
 
 
 class _HeadOnRNN:
-    """The Theorem 3.4 model's logits passed through an ST or NMST output layer (heads.py)."""
+    """The Theorem 3.4 model's logits passed through an ST or NMST output layer (nmst_lib.heads)."""
 
     def __init__(self, base, head):
         self.base, self.head = base, head

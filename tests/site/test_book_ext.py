@@ -56,7 +56,8 @@ def test_constants_a_package_reexports_keep_their_docstrings_on_the_api_page():
     doc = nmst_book.reexported_attr_doc("nmst_lib.data.SUBSTITUTE_NAME")
     assert doc and doc[0].startswith("Name of the substitute")
     assert nmst_book.reexported_attr_doc("nmst_lib.data.no_such_name") is None
-    assert nmst_book.reexported_attr_doc("nmst_lib.heads.HEAD_NAMES") is None  # not a package
+    assert nmst_book.reexported_attr_doc("nmst_lib.theory.eos_shapes.EOS_SHAPES") is None  # not a package
+    assert nmst_book.reexported_attr_doc("nmst_lib.heads.HEAD_NAMES") is None  # no docstring
     nmst_book._merge_reexported_attr_docs(None)
     analyzer = ModuleAnalyzer.for_module("nmst_lib.data")
     assert analyzer.attr_docs["", "CONTEXT_LEN"][0].startswith("k: the number of context tokens")
