@@ -41,13 +41,13 @@ and NMST goes through :mod:`nmst_lib.fused`.
 
 The package is split by idea; every name above is importable from ``nmst_lib.heads``:
 
-* :mod:`nmst_lib.heads.eos_rules`: the checks, :func:`log1mexp`, :func:`eos_lower_bound` and
+* ``nmst_lib.heads.eos_rules``: the checks, :func:`log1mexp`, :func:`eos_lower_bound` and
   the ST and NMST eos rules (Chapters 4-5);
-* :mod:`nmst_lib.heads.log_probs`: the layer ST and NMST share and the functional API, from
+* ``nmst_lib.heads.log_probs``: the layer ST and NMST share and the functional API, from
   :func:`vanilla_log_probs` to :func:`nmst_entmax_log_probs` (Chapters 1, 4, 5 and 8);
-* :mod:`nmst_lib.heads.modules`: :class:`OutputHead`, its subclasses and
+* ``nmst_lib.heads.modules``: :class:`OutputHead`, its subclasses and
   :func:`head_from_name` (Chapters 4-9);
-* :mod:`nmst_lib.heads.losses`: :func:`nll_token_losses` and
+* ``nmst_lib.heads.losses``: :func:`nll_token_losses` and
   :func:`projected_nll_token_losses`, the training loss with less memory (Chapter 7).
 """
 
