@@ -13,9 +13,7 @@ Used by every chapter, from Chapter 1 (``01_decoding``) on.
 
 from __future__ import annotations
 
-import os
 import random
-import tempfile
 
 import numpy as np
 import torch
@@ -30,10 +28,8 @@ __all__ = [
     "pick_device",
     "say",
     "say_findings",
-    "scratch_folder",
     "seed_everything",
     "setup_notebook",
-    "train_here",
 ]
 
 
@@ -133,36 +129,3 @@ def say_findings(findings, prefix: str) -> dict:
         say(f"{prefix}_n_{verdict.replace(' ', '_')}", n)
     return counts
 
-
-def scratch_folder(chapter: str) -> str:
-    """Where a chapter's ``quick`` runs go: ``$NMST_QUICK_DIR`` when set (the tests point it at
-    one folder so that chapters share their runs), else a new temporary folder named after the
-    chapter (``nmst-ch6-quick-...``). Chapters 6, 7 and 9, "Train it here"."""
-    if not isinstance(chapter, str) or not chapter.strip():
-        raise ValueError(f"chapter must name the chapter, e.g. 'ch6', got {chapter!r}")
-    return os.environ.get("NMST_QUICK_DIR") or tempfile.mkdtemp(prefix=f"nmst-{chapter}-quick-")
-
-
-def train_here(family: str, profile: str, folder, *, only=None, progress: bool | None = None) -> list:
-    """Train and decode every model of an experiment family's suite at ``profile`` into
-    ``folder`` (results, and checkpoints in ``folder/checkpoints``), resuming where a run was
-    interrupted and skipping the results already CURRENT there; returns the
-    :class:`~nmst_lib.experiments.results.StoredResult` of every config of the suite, in order.
-    The "train it here" switch of Chapters 6 (``wikitext2``), 7 (``gpt2``) and 9
-    (``temperature``), through :func:`nmst_lib.experiments.family.run_family_suite` (``only``:
-    some of the suite's keys, as there); progress bars unless ``profile`` is ``quick``."""
-    from pathlib import Path
-
-    from .experiments.choices import shown_folder
-    from .experiments.family import get_family, run_family_suite
-
-    fam = get_family(family)
-    folder = Path(folder)
-    from .experiments.family import select_configs
-
-    count = len(select_configs(fam.configs(profile), only, suite=f"the {profile} {fam.title} suite"))
-    print(f"Training and decoding the {profile} {fam.title} suite here ({count} models) "
-          f"into {shown_folder(folder)} ...")
-    progress = profile != "quick" if progress is None else bool(progress)
-    return run_family_suite(fam, profile, only=only, results_dir=folder, checkpoint_dir=folder / "checkpoints",
-                            progress=progress, log=print if progress else None)

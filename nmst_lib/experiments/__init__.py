@@ -29,7 +29,16 @@ from .config import (
     parse_decoder,
     validate_config,
 )
-from .family import Family, family_names, get_family, register, run_family_suite, select_configs
+from .family import (
+    Family,
+    family_names,
+    get_family,
+    register,
+    run_family_suite,
+    scratch_folder,
+    select_configs,
+    train_here,
+)
 from .results import (
     CURRENT,
     MISSING,
@@ -90,7 +99,7 @@ __all__ = [
     "config_hash", "default_decoders", "training_hash", "make_config", "parse_decoder", "validate_config",
     "CURRENT", "MISSING", "STALE", "StoredResult", "load_result", "result_path", "save_result",
     "default_results_dir", "published_results_dir",
-    "Family", "family_names", "get_family", "register", "run_family_suite", "select_configs",
+    "Family", "family_names", "get_family", "register", "run_family_suite", "select_configs", "scratch_folder", "train_here",
     "TimeEstimate", "describe_results", "estimate_profile_time", "run_choices",
     "decode_at_scale", "eos_probability_traces", "evaluate_trained", "load_or_run", "load_trained", "rnt_grid",
     "run_experiment", "run_suite", "suite_configs",

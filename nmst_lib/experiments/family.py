@@ -26,6 +26,7 @@ selection of ``--only``, the skip-or-run step, the parallel jobs and the
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,8 @@ __all__ = [
     "select_configs",
     "pending_configs",
     "run_family_suite",
+    "train_here",
+    "scratch_folder",
 ]
 
 
@@ -292,8 +295,9 @@ def _run_in_processes(
             )
 
 
-def _run_distributed(family: Family, todo: list, ctx, kwargs: dict,
-                     progress: bool, log) -> None:
+def _run_distributed(
+    family: Family, todo: list, ctx, kwargs: dict, progress: bool, log
+) -> None:
     """Under ``torchrun``: every process trains every pending model together
     (DistributedDataParallel; rank 0 writes the checkpoints); then rank 0
     alone loads each finished checkpoint, evaluates and stores it."""
@@ -301,15 +305,25 @@ def _run_distributed(family: Family, todo: list, ctx, kwargs: dict,
     from .trainer import train
 
     for config in todo:
-        train(family.training_config(config),
-              checkpoint_dir=kwargs["checkpoint_dir"], resume=kwargs["resume"],
-              progress=progress, log=log if ctx.is_main else None, dist=ctx)
+        train(
+            family.training_config(config),
+            checkpoint_dir=kwargs["checkpoint_dir"],
+            resume=kwargs["resume"],
+            progress=progress,
+            log=log if ctx.is_main else None,
+            dist=ctx,
+        )
     if not ctx.is_main:
         return
     for config in todo:
-        family.run(config, device=ctx.device, progress=progress, log=log,
-                   dist=DistContext(device=ctx.device),
-                   **{**kwargs, "resume": True})
+        family.run(
+            config,
+            device=ctx.device,
+            progress=progress,
+            log=log,
+            dist=DistContext(device=ctx.device),
+            **{**kwargs, "resume": True},
+        )
 
 
 def _distributed_context(family: Family, device):
@@ -320,18 +334,28 @@ def _distributed_context(family: Family, device):
     if not family.distributed:
         raise ValueError(
             f"the {family.name} family does not train data-parallel "
-            "(--nproc); run it in one process per model (--jobs N)")
+            "(--nproc); run it in one process per model (--jobs N)"
+        )
     from .distributed import init_distributed
 
     return init_distributed(device)
 
 
-def run_family_suite(family: Family | str, profile: str, *, only=None,
-                     force: bool = False, results_dir=None,
-                     checkpoint_dir=None, device=None, progress: bool = True,
-                     log: Callable[[str], None] | None = print,
-                     command: str | None = None, jobs: int = 1,
-                     threads: int | None = None) -> list[StoredResult]:
+def run_family_suite(
+    family: Family | str,
+    profile: str,
+    *,
+    only=None,
+    force: bool = False,
+    results_dir=None,
+    checkpoint_dir=None,
+    device=None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = print,
+    command: str | None = None,
+    jobs: int = 1,
+    threads: int | None = None,
+) -> list[StoredResult]:
     """Run every config of ``family`` at ``profile`` (``only``:
     :func:`select_configs`) whose stored result is not CURRENT (all of them
     with ``force``, trained from scratch), resuming from checkpoints; returns
@@ -353,25 +377,92 @@ def run_family_suite(family: Family | str, profile: str, *, only=None,
     if not isinstance(force, bool):
         raise TypeError(f"force must be True or False, got {force!r}")
     jobs = check_positive_int(jobs, "jobs")
-    configs = select_configs(family.configs(profile), only,
-                             suite=f"the {profile} {family.title} suite")
+    configs = select_configs(
+        family.configs(profile),
+        only,
+        suite=f"the {profile} {family.title} suite",
+    )
     ctx = _distributed_context(family, device)
     quiet = ctx is not None and not ctx.is_main  # rank 0 speaks for all
     say = (lambda msg: None) if quiet or log is None else log
-    todo = pending_configs(configs, lambda c: family.load(c, results_dir),
-                           force=force, log=say, tag=family.name,
-                           action="queued" if jobs > 1 else "running")
-    kwargs = {"results_dir": results_dir, "checkpoint_dir": checkpoint_dir,
-              "resume": not force, "command": command}
+    todo = pending_configs(
+        configs,
+        lambda c: family.load(c, results_dir),
+        force=force,
+        log=say,
+        tag=family.name,
+        action="queued" if jobs > 1 else "running",
+    )
+    kwargs = {
+        "results_dir": results_dir,
+        "checkpoint_dir": checkpoint_dir,
+        "resume": not force,
+        "command": command,
+    }
     if ctx is not None and ctx.distributed:
         _run_distributed(family, todo, ctx, kwargs, progress, log)
         return [family.load(c, results_dir) for c in configs]
     device = torch.device(device) if device is not None else default_device()
     if jobs > 1 and len(todo) > 1:
-        _run_in_processes(family, todo, {**kwargs, "device": str(device)},
-                          jobs, threads, say)
+        _run_in_processes(
+            family, todo, {**kwargs, "device": str(device)}, jobs, threads, say
+        )
     else:
         for config in todo:
-            family.run(config, device=device, progress=progress, log=log,
-                       **kwargs)
+            family.run(
+                config, device=device, progress=progress, log=log, **kwargs
+            )
     return [family.load(c, results_dir) for c in configs]
+
+
+def scratch_folder(chapter: str) -> str:
+    """Where a chapter's ``quick`` runs go: ``$NMST_QUICK_DIR`` when set (the tests point it at
+    one folder so that chapters share their runs), else a new temporary folder named after the
+    chapter (``nmst-ch6-quick-...``). Chapters 6, 7 and 9, "Train it here"."""
+    if not isinstance(chapter, str) or not chapter.strip():
+        raise ValueError(
+            f"chapter must name the chapter, e.g. 'ch6', got {chapter!r}"
+        )
+    return os.environ.get("NMST_QUICK_DIR") or tempfile.mkdtemp(
+        prefix=f"nmst-{chapter}-quick-"
+    )
+
+
+def train_here(
+    family: str,
+    profile: str,
+    folder,
+    *,
+    only=None,
+    progress: bool | None = None,
+) -> list:
+    """Train and decode every model of an experiment family's suite at ``profile`` into
+    ``folder`` (results, and checkpoints in ``folder/checkpoints``), resuming where a run was
+    interrupted and skipping the results already CURRENT there; returns the
+    :class:`~nmst_lib.experiments.results.StoredResult` of every config of the suite, in order.
+    The "train it here" switch of Chapters 6 (``wikitext2``), 7 (``gpt2``) and 9
+    (``temperature``), through :func:`nmst_lib.experiments.family.run_family_suite` (``only``:
+    some of the suite's keys, as there); progress bars unless ``profile`` is ``quick``."""
+    fam = get_family(family)
+    folder = Path(folder)
+    count = len(
+        select_configs(
+            fam.configs(profile),
+            only,
+            suite=f"the {profile} {fam.title} suite",
+        )
+    )
+    print(
+        f"Training and decoding the {profile} {fam.title} suite here ({count} models) "
+        f"into the folder {folder.name} ..."
+    )
+    progress = profile != "quick" if progress is None else bool(progress)
+    return run_family_suite(
+        fam,
+        profile,
+        only=only,
+        results_dir=folder,
+        checkpoint_dir=folder / "checkpoints",
+        progress=progress,
+        log=print if progress else None,
+    )

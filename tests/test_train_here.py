@@ -1,4 +1,4 @@
-"""The chapters' "train it here" helpers (nmst_lib.notebook.train_here and scratch_folder,
+"""The chapters' "train it here" helpers (nmst_lib.experiments.train_here and scratch_folder,
 Chapters 6, 7 and 9): one library function instead of a copy in each chapter."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from nmst_lib.experiments import CURRENT
 from nmst_lib.experiments.family import get_family
-from nmst_lib.notebook import scratch_folder, train_here
+from nmst_lib.experiments import scratch_folder, train_here
 
 pytestmark = pytest.mark.usefixtures("fixture_data_env")
 
