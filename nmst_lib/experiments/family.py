@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Family:
     """One experiment family (see the module docstring).
 
@@ -110,6 +110,11 @@ class Family:
         trains ``config``'s model (the config itself for Chapters 6-7,
         ``config.model`` for Chapters 8-9)."""
         return getattr(self.check(config), "model", config)
+
+    def __repr__(self) -> str:
+        """``Family('wikitext2': WikiText-2, Chapter 06_wikitext)``: what the
+        API page shows of a registered family (no functions, no addresses)."""
+        return f"Family({self.name!r}: {self.title}, Chapter {self.chapter})"
 
     def path(self, config, results_dir=None) -> Path:
         """``<results_dir>/<folder>/<key>.json``; ``results_dir`` defaults to
