@@ -10,10 +10,13 @@
 # The recipe differs from the profile's current one only by the --set overrides below (the
 # chapters switch to it when its results are in; pending_results/README.md):
 #   vocab_kind=bpe vocab_cap=$VOCAB   subword pieces learned on the training split (nmst_lib.data.subwords)
+#   drop_unk=true   WikiText's own <unk> markers deleted from every split first (nmst_lib.data.drop_unk_markers):
+#       with them kept, greedy search wrote <unk> in 50 % of its output even with subword pieces
+#       (pending_results/measuring/unk-kept/)
 #   patience=$PATIENCE min_improvement=$MIN_IMPROVEMENT max_epochs=$CAP
 #       Choi et al. App. D's plateau rule: an epoch that does not lower the validation perplexity
 #       by more than 0.5 % halves the lr, two such epochs in a row stop training. Measured first
-#       with min_improvement 0 and a cap of 40 (pending_results/measuring/): the LSTM VA model
+#       with min_improvement 0 and a cap of 40 (pending_results/measuring/cap40/): the LSTM VA model
 #       still gained 0.02-0.7 % per epoch at epoch 40, so early stopping never fired; on that
 #       curve this rule stops at about epoch 28, and the cap of 60 leaves room for the slower heads.
 # One thread per run: a 2-core machine runs two of these scripts (different SEEDS) side by side.
@@ -25,14 +28,14 @@ if [ $# -gt 0 ]; then seeds=("$@"); else seeds=(0 1 2); fi
 if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_DIR="$(cd ../shared/data && pwd)"; fi
 PY=${PYTHON:-.venv/bin/python}
 VOCAB=4000 CAP=60 PATIENCE=2 MIN_IMPROVEMENT=0.005
-recipe=(--set vocab_kind=bpe --set vocab_cap=$VOCAB --set max_epochs=$CAP --set patience=$PATIENCE
+recipe=(--set vocab_kind=bpe --set vocab_cap=$VOCAB --set drop_unk=true --set max_epochs=$CAP --set patience=$PATIENCE
         --set min_improvement=$MIN_IMPROVEMENT)
 runs=("va -" "nmst 5e-4" "st 5e-4" "nmst 1e-4" "st 1e-4")
 for seed in "${seeds[@]}"; do
   for arch in lstm rnn; do
     for run in "${runs[@]}"; do
       read -r head eps <<<"$run"
-      key="cpu-$arch-$head$([ "$eps" = - ] || echo "-eps$eps")-bpe$((VOCAB / 1000))k-seed$seed"
+      key="cpu-$arch-$head$([ "$eps" = - ] || echo "-eps$eps")-bpe$((VOCAB / 1000))k-nounk-seed$seed"
       if [ -f "$out/wikitext2/$key.json" ]; then echo "[plan] $key: done"; continue; fi
       echo "[plan] $key: $(date -u +%H:%M:%S) start"
       "$PY" -m nmst_lib run --profile cpu --arch "$arch" --head "$head" $([ "$eps" = - ] || echo "--eps $eps") \

@@ -26,6 +26,8 @@ def test_a_pending_result_is_the_stamped_result_of_its_config(path):
     assert data["config_hash"] == config_hash(config)
     assert data["key"] == config.key == path.stem
     assert config.vocab_kind == "bpe" and config.profile == "cpu"
+    if "measuring" not in path.parts:  # the recipe the plan states (scripts/converge_cpu.sh)
+        assert config.drop_unk and config.min_improvement == 0.005 and config.patience == 2
     prov = data["provenance"]
     assert prov["git_dirty"] is False and len(prov["git_sha"]) == 40
     metrics = data["metrics"]

@@ -3,6 +3,8 @@ the experiments that use it: the config's vocab_kind, sequences whose words span
 and the <unk> share of a decoder's output."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 import torch
 
 from nmst_lib import data as D
@@ -148,3 +150,49 @@ def test_min_improvement_is_a_relative_threshold_left_out_of_old_hashes():
     assert tuned.to_dict()["min_improvement"] == 0.005
     with pytest.raises(ValueError, match="min_improvement must lie in"):
         make_config("cpu", "lstm", "va", min_improvement=1.5)
+
+
+TOKEN = st.sampled_from(["the", "<unk>", ",", "cat", "<unk>s", "x<unk>", "=", "@.@"])
+
+
+@given(st.lists(st.lists(TOKEN, max_size=12), max_size=6))
+def test_drop_unk_markers_deletes_exactly_the_unk_tokens_and_keeps_the_rest_in_order(token_lines):
+    lines = [" " + " ".join(tokens) + " " for tokens in token_lines]
+    dropped = D.drop_unk_markers(lines)
+    assert len(dropped) == len(lines)
+    for before, after in zip(lines, dropped):
+        assert after.split() == [t for t in before.split() if t != "<unk>"]
+        assert after.startswith(" ") and after.endswith(" ")  # the line's spacing is kept
+    assert D.drop_unk_markers(dropped) == dropped  # idempotent
+
+
+def test_drop_unk_markers_example_and_bad_input():
+    assert D.drop_unk_markers([" a <unk> b ", " <unk> ", "no markers"]) == [" a b ", " ", "no markers"]
+    with pytest.raises(TypeError, match="list of lines"):
+        D.drop_unk_markers(" a <unk> b ")
+
+
+def test_drop_unk_is_in_the_key_left_out_of_old_hashes_and_checked():
+    plain = make_config("cpu", "lstm", "va", vocab_kind="bpe", vocab_cap=4000)
+    dropped = plain.replace(drop_unk=True)
+    assert "drop_unk" not in plain.to_dict() and dropped.to_dict()["drop_unk"] is True
+    assert (plain.key, dropped.key) == ("cpu-lstm-va-bpe4k-seed0", "cpu-lstm-va-bpe4k-nounk-seed0")
+    with pytest.raises(TypeError, match="drop_unk must be True or False"):
+        plain.replace(drop_unk="yes")
+    with pytest.raises(ValueError, match="drop_unk applies to arch rnn or lstm only"):
+        make_config("cpu", "gpt2", "va").replace(drop_unk=True)
+
+
+def test_prepare_data_with_drop_unk_trains_and_scores_text_without_the_marker():
+    from nmst_lib.experiments.trainer import prepare_data
+
+    description = D.DataDescription(source="test", location=None, splits={}, num_lines={}, num_tokens={},
+                                    num_articles={})
+    corpus = D.Corpus(train=LINES, valid=LINES[:4], test=LINES[:4], description=description)
+    config = make_config("quick", "lstm", "va", vocab_kind="bpe", vocab_cap=80, context_len=2)
+    kept, dropped = prepare_data(config, corpus), prepare_data(config.replace(drop_unk=True), corpus)
+    assert kept.description["sequences"]["valid"]["unk_rate"] > 0  # the marker is a piece of its own
+    for name in ("train", "valid", "test"):
+        assert dropped.description["sequences"][name]["unk_rate"] == 0.0
+        assert not (getattr(dropped, name).tokens == dropped.vocab.unk_id).any()
+    assert "drop_unk" in dropped.description["unk_markers"] and "unk_markers" not in kept.description

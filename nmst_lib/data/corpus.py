@@ -54,6 +54,7 @@ __all__ = [
     "SUBSTITUTE_NAME",
     "Corpus",
     "DataDescription",
+    "drop_unk_markers",
     "is_article_heading",
     "load_local_splits",
     "load_wikitext2",
@@ -187,6 +188,25 @@ def load_local_splits(
 # --------------------------------------------------------------------------
 # Articles and the substitute split
 # --------------------------------------------------------------------------
+
+
+_UNK_MARKER = "<unk>"
+"""WikiText's stand-in for a rare word (Merity et al., 2016), a whitespace-separated token."""
+
+
+def drop_unk_markers(lines: list[str]) -> list[str]:
+    """``lines`` with every ``<unk>`` token deleted (Chapter 6, 06_wikitext, "The data").
+
+    WikiText-2 replaced each word rarer than its vocabulary allowed by ``<unk>`` before release:
+    5.5 % of the validation words. In a subword vocabulary that marker is one of the most frequent
+    pieces, and a greedy decoder, which follows the most probable token, says it in half of what
+    it writes. With the markers deleted the model is trained and scored on text without them, and
+    its continuations are words. Only whole tokens equal to ``<unk>`` go; the spacing of the rest
+    is kept (``" a <unk> b "`` becomes ``" a b "``), so a line of markers only becomes blank."""
+    if isinstance(lines, str):
+        raise TypeError("drop_unk_markers takes a list of lines, got one str; wrap it in a list")
+    return [" ".join(t for t in line.split(" ") if t != _UNK_MARKER) if _UNK_MARKER in line else line
+            for line in lines]
 
 
 def is_article_heading(line: str) -> bool:

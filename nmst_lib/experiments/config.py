@@ -224,7 +224,9 @@ class ExperimentConfig:
     ``context_len`` k, ``vocab_kind`` (``word``: whitespace words; ``bpe``: subword pieces learned on
     the training split, :func:`nmst_lib.data.learn_subword_vocabulary`), ``vocab_cap`` (word:
     N most frequent training words + ``<unk>``, None = all; bpe: the number of pieces, specials
-    included, required),
+    included, required), ``drop_unk`` (delete the data's own ``<unk>`` markers, WikiText's stand-in
+    for its rare words, from every split before the vocabulary is built, so that a model cannot learn
+    to say ``<unk>``: :func:`nmst_lib.data.drop_unk_markers`; rnn/lstm only),
     ``max_train_tokens`` (training sequences kept in order until this many tokens; None = all),
     ``max_eval_tokens`` (the same for the validation and test splits; None = all).
     Model: ``arch`` (rnn|lstm), ``head`` (va|st|nmst|entmax|nmst-entmax), ``eps`` (ST, NMST and
@@ -289,6 +291,7 @@ class ExperimentConfig:
     context_len: int = 10
     vocab_cap: int | None = None
     vocab_kind: str = "word"
+    drop_unk: bool = False
     max_train_tokens: int | None = None
     max_eval_tokens: int | None = None
     # model
@@ -342,6 +345,7 @@ class ExperimentConfig:
         eps = "" if self.eps is None else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
         alpha = "" if self.alpha is None else f"-a{self.alpha:g}"
         vocab = "" if self.vocab_kind == "word" else f"-{self.vocab_kind}{_short_count(self.vocab_cap)}"
+        vocab += "-nounk" if self.drop_unk else ""
         return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}{self._temperature_key()}{vocab}-seed{self.seed}"
 
     def _temperature_key(self) -> str:
@@ -409,7 +413,7 @@ class ExperimentConfig:
         return validate_config(replace(self, **changes))
 
 
-_OMITTED_AT_DEFAULT = {"alpha": None, "vocab_kind": "word", "min_improvement": 0.0, "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
+_OMITTED_AT_DEFAULT = {"alpha": None, "vocab_kind": "word", "drop_unk": False, "min_improvement": 0.0, "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
                        "lr_schedule": "plateau", "lr_decay_steps": None, "max_steps": None, "grad_accum": 1,
                        "no_decay_bias_norm": False,
                        "temperature": None, "temperature_a": None, "temperature_b": None, "temperature_lambda": None,
@@ -632,6 +636,11 @@ def _validate_gpt2_and_schedule(config: ExperimentConfig, arch: str) -> dict:
     if config.vocab_kind == "bpe" and (arch == "gpt2" or config.vocab_cap is None):
         raise ValueError("vocab_kind bpe needs vocab_cap, the number of pieces (e.g. 8000), and an rnn or lstm "
                          f"(GPT-2 has its own BPE); got arch {arch!r}, vocab_cap {config.vocab_cap!r}")
+    if not isinstance(config.drop_unk, bool):
+        raise TypeError(f"drop_unk must be True or False, got {config.drop_unk!r}")
+    if config.drop_unk and arch == "gpt2":
+        raise ValueError("drop_unk applies to arch rnn or lstm only: GPT-2 reads the raw text, which has no <unk> "
+                         "markers; leave it out (False)")
     if arch == "gpt2" and config.vocab_cap is not None:
         raise ValueError(f"vocab_cap must be None for arch gpt2: the GPT-2 BPE vocabulary is fixed (50,257 ids), "
                          f"got {config.vocab_cap!r}")

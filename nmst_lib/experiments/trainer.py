@@ -183,6 +183,12 @@ def build_vocabulary_for(config: ExperimentConfig, train_lines: list[str]):
     return D.build_vocabulary(train_lines, cap=config.vocab_cap)
 
 
+def _lines(corpus: D.Corpus, split: str, config: ExperimentConfig) -> list[str]:
+    """The lines of ``split``, without WikiText's ``<unk>`` markers when ``config.drop_unk``."""
+    lines = corpus.split(split)
+    return D.drop_unk_markers(lines) if config.drop_unk else lines
+
+
 def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> PreparedData:
     """Vocabulary from the training lines (capped at ``config.vocab_cap``), continuation-task
     sequences of every split (k = ``config.context_len``), the training sequences cut to
@@ -202,13 +208,13 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
             return D.bpe_sequences_cached(lines, tokenizer, context_len=config.context_len,
                                           max_len=GPT2_MAX_POSITIONS)
     else:
-        vocab = build_vocabulary_for(config, corpus.train)
+        vocab = build_vocabulary_for(config, _lines(corpus, "train", config))
 
         def sequences(lines):
             return D.make_sequences(lines, vocab, config.context_len)
     splits = {}
     for name in D.SPLITS:
-        seqs = sequences(corpus.split(name))
+        seqs = sequences(_lines(corpus, name, config))
         if len(seqs) == 0:
             raise ValueError(f"the {name} split has no line longer than context_len={config.context_len} tokens: "
                              "nothing to train or evaluate on; check the data source or lower context_len")
@@ -233,6 +239,8 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
                               "built_from": "train split (after substitution, before max_train_tokens)"}
         if config.vocab_kind != "word":
             desc["vocabulary"]["kind"] = f"{config.vocab_kind} pieces learned with tokenizers"
+        if config.drop_unk:
+            desc["unk_markers"] = "deleted from every split before the vocabulary was built (drop_unk)"
     desc["context_len"] = config.context_len
     return PreparedData(vocab, splits["train"], splits["valid"], splits["test"], desc)
 
