@@ -19,7 +19,8 @@
 #       with min_improvement 0 and a cap of 40 (pending_results/measuring/cap40/): the LSTM VA model
 #       still gained 0.02-0.7 % per epoch at epoch 40, so early stopping never fired; on that
 #       curve this rule stops at about epoch 28, and the cap of 60 leaves room for the slower heads.
-# One thread per run: a 2-core machine runs two of these scripts (different SEEDS) side by side.
+# One thread per run: a 2-core machine runs two of these scripts side by side, on different SEEDS
+# or on different architectures (ARCHS="lstm" in one, ARCHS="rnn" in the other; default both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 2 ]; then echo "usage: bash scripts/converge_cpu.sh OUT_DIR CHECKPOINT_DIR [SEEDS...]" >&2; exit 2; fi
@@ -32,7 +33,7 @@ recipe=(--set vocab_kind=bpe --set vocab_cap=$VOCAB --set drop_unk=true --set ma
         --set min_improvement=$MIN_IMPROVEMENT)
 runs=("va -" "nmst 5e-4" "st 5e-4" "nmst 1e-4" "st 1e-4")
 for seed in "${seeds[@]}"; do
-  for arch in lstm rnn; do
+  for arch in ${ARCHS:-lstm rnn}; do
     for run in "${runs[@]}"; do
       read -r head eps <<<"$run"
       key="cpu-$arch-$head$([ "$eps" = - ] || echo "-eps$eps")-bpe$((VOCAB / 1000))k-nounk-seed$seed"
