@@ -17,6 +17,13 @@ the lower half of the vocabulary (90% of the 512 rows) emit eos at a row-specifi
 
 Compared (same model, same contexts, greedy, L = 2,000 tokens):
 
+* the workload's row-step limit: rows x L row-steps against the sum of the rows' lengths,
+  what early exit would gain if a step cost the same per row at every batch size;
+* the model-bound limit: the fixed-length time against the model's own steps on the same
+  shrinking batch with the rows dropped on a schedule known in advance
+  (``scheduled_early_exit``), which no decoder can beat; the difference between the two
+  limits is what the model's step costs per row at a small batch more than at a full one;
+
 * ``nmst_lib.decoding.decode``: finished rows leave the working batch, decoding stops when
   every row has finished;
 * the fixed-length loop of the papers' reference code: every row for all L steps.
@@ -130,6 +137,36 @@ def fixed_length_greedy(model, contexts, steps: int, device):
     return tokens.cpu(), elapsed
 
 
+@torch.no_grad()
+def scheduled_early_exit(model, contexts, lengths: torch.Tensor, max_len: int, device):
+    """The model's own share of early exit: the same steps on the same shrinking batch, with
+    the rows dropped on a schedule known in advance (``lengths``), so nothing but
+    ``model.step``, the argmax that feeds it and ``model.select`` runs. ``decode`` can at
+    best match this time; the gap between this loop's ratio and the row-step limit is what
+    a step of the model costs per row at a small batch more than at a large one."""
+    order = torch.argsort(lengths, stable=True)
+    sorted_lengths = lengths[order]
+    contexts = contexts[order.to(contexts.device)]
+    synchronize(device)
+    start = time.perf_counter()
+    state, log_probs = model.initial_state(contexts)
+    first_alive = 0  # rows first_alive.. are alive (sorted by length)
+    for t in range(max_len):
+        next_tokens = log_probs.argmax(dim=-1)
+        done = int(torch.searchsorted(sorted_lengths, torch.tensor(t + 1), right=True))
+        if done > first_alive:
+            keep = torch.arange(done - first_alive, sorted_lengths.numel() - first_alive, device=next_tokens.device)
+            if keep.numel() == 0:
+                break
+            state, next_tokens = model.select(state, keep), next_tokens[keep]
+            first_alive = done
+        if t + 1 == max_len:
+            break
+        state, log_probs = model.step(state, next_tokens)
+    synchronize(device)
+    return time.perf_counter() - start
+
+
 def timed_decode(model, contexts, max_len, device):
     synchronize(device)
     start = time.perf_counter()
@@ -190,6 +227,9 @@ def main(argv=None):
     assert torch.equal(gen.terminated, stop_at > 0)
     print(f"early-exit decode: {early_exit_s:.2f} s")
 
+    model_only_s = scheduled_early_exit(model, contexts, expected_lengths, args.max_len, device)
+    print(f"the model's share (the same shrinking batch on a known schedule): {model_only_s:.2f} s")
+
     baseline_tokens, elapsed = fixed_length_greedy(model, contexts, baseline_steps, device)
     if extrapolated:
         half = baseline_steps // 2
@@ -209,9 +249,11 @@ def main(argv=None):
     agree = (baseline_tokens[:, :window] == gen.tokens[:, :window]) | ~positions
     rows_agree = float(agree.all(dim=1).float().mean())
     ratio = fixed_length_s / early_exit_s
+    model_bound = fixed_length_s / model_only_s
     print(f"speed-up of early exit: {ratio:.2f}x; the workload's row-step limit {row_step_limit:.2f}x "
-          f"({ratio / row_step_limit:.0%} of it; target >= 90%); rows with identical tokens "
-          f"over the first {window} steps: {rows_agree:.1%}")
+          f"({ratio / row_step_limit:.0%} of it; target >= 90%); the model-bound limit (the model's "
+          f"steps alone on the shrinking batch) {model_bound:.2f}x, of which decode reaches "
+          f"{ratio / model_bound:.0%}; rows with identical tokens over the first {window} steps: {rows_agree:.1%}")
     profile = None
     if args.profile_steps > 0:
         with torch.profiler.profile() as prof:
@@ -244,6 +286,9 @@ def main(argv=None):
         "row_steps_early_exit": row_steps_early_exit,
         "row_step_limit": row_step_limit,
         "ratio_fraction_of_limit": ratio / row_step_limit,
+        "model_only_early_exit_s": model_only_s,
+        "model_bound_limit": model_bound,
+        "ratio_fraction_of_model_bound": ratio / model_bound,
         "rows_with_identical_tokens": rows_agree,
         "profile": profile,
     }
