@@ -1,7 +1,9 @@
 """Training throughput of the WikiText-2 language models with every output layer of the book
 (vanilla, ST, NMST, and the sparse entmax / NMST-entmax at alpha 1.5, entmax also at alpha 1.2),
 relative to the vanilla softmax (target for ST / NMST: >= 0.9x), and against the machine's
-measured matmul FLOP/s ceiling (Chapters 6 and 8).
+measured matmul FLOP/s ceiling (Chapters 6 and 8); and alpha = 1.2 entmax against alpha = 1.5
+(target <= 1.5x), with the alpha = 1.2 threshold also as it was before issue 25's dense layout
+(``entmax1.2_before``, swapped in for its timing only).
 
 Run by hand (it takes about a minute on 2 CPU cores):
 
@@ -16,6 +18,7 @@ reported. Writes ``benchmarks/results/training.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -30,13 +33,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nmst_lib import data as D  # noqa: E402
+from nmst_lib import entmax as E  # noqa: E402
 from nmst_lib.heads import head_from_name  # noqa: E402
 from nmst_lib.models import build_model  # noqa: E402
 
 # (key, head name, eps, alpha): every output layer of the book, the entmax ones at two alphas
 HEADS = (("va", "va", None, None), ("st", "st", 1e-4, None), ("nmst", "nmst", 1e-4, None),
          ("entmax1.5", "entmax", None, 1.5), ("nmst-entmax1.5", "nmst-entmax", 1e-4, 1.5),
-         ("entmax1.2", "entmax", None, 1.2))
+         ("entmax1.2", "entmax", None, 1.2), ("entmax1.2_before", "entmax", None, 1.2))
+BEFORE = {"entmax1.2_before"}
+"""Variants timed with the entmax threshold as it was before this issue's dense layout and whole
+powers (:func:`ragged_threshold`), so that before and after come from one run."""
+
+
+@contextlib.contextmanager
+def ragged_threshold():
+    """nmst_lib.entmax with every row's candidates in the ragged layout and ``pow`` for powers
+    (the code before the dense layout and ``_power``), for the timing only."""
+    saved = E._DENSE_CANDIDATE_FRACTION, E._power
+    E._DENSE_CANDIDATE_FRACTION, E._power = float("inf"), lambda u, e: u.pow(e)
+    try:
+        yield
+    finally:
+        E._DENSE_CANDIDATE_FRACTION, E._power = saved
 
 
 def _best_matmul_flops(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
@@ -138,13 +157,17 @@ def main(argv=None) -> dict:
         models[name] = build_model(args.arch, args.vocab, hidden=args.hidden, layers=args.layers, dropout=0.3,
                                    head=head_from_name(head, eps, alpha=alpha)).to(device)
         optims[name] = torch.optim.AdamW(models[name].parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.01)
+    def timed(name, some_batches):
+        with ragged_threshold() if name in BEFORE else contextlib.nullcontext():
+            return train_steps(models[name], optims[name], some_batches, device)
+
     for name, *_ in HEADS:  # warm-up
-        train_steps(models[name], optims[name], batches[:1], device)
+        timed(name, batches[:1])
     times = {name: [] for name, *_ in HEADS}
     scored = positions = 0
     for _ in range(args.rounds):
         for name, *_ in HEADS:
-            seconds, scored, positions = train_steps(models[name], optims[name], batches, device)
+            seconds, scored, positions = timed(name, batches)
             times[name].append(seconds)
     median = {name: statistics.median(ts) for name, ts in times.items()}
     tokens_per_s = {name: scored / s for name, s in median.items()}
@@ -162,6 +185,9 @@ def main(argv=None) -> dict:
         "scored_tokens_per_s": tokens_per_s,
         "ratio_to_vanilla": {name: tokens_per_s[name] / tokens_per_s["va"] for name in tokens_per_s},
         "target_ratio": 0.9,
+        "entmax_alpha1.2_over_alpha1.5": {name: median[name] / median["entmax1.5"]
+                                          for name in ("entmax1.2", "entmax1.2_before")},
+        "entmax_alpha_target": 1.5,
         "model_flops_per_s": flops_per_s,
         "matmul_ceiling_flops_per_s": {"square_1024": ceiling, "output_layer_shape": out_ceiling},
         "fraction_of_matmul_ceiling": {name: f / ceiling for name, f in flops_per_s.items()},
@@ -180,6 +206,8 @@ def main(argv=None) -> dict:
         print(f"{name:14s} {tokens_per_s[name]:9.0f} scored tok/s  x{result['ratio_to_vanilla'][name]:.3f} of VA  "
               f"{flops_per_s[name] / 1e9:6.1f} GFLOP/s = {result['fraction_of_matmul_ceiling'][name]:.0%} of "
               f"matmul ceiling {ceiling / 1e9:.1f} GFLOP/s")
+    print("alpha = 1.2 entmax against alpha = 1.5 (seconds per round; target <= 1.5): "
+          + ", ".join(f"{k} {v:.2f}x" for k, v in result["entmax_alpha1.2_over_alpha1.5"].items()))
     print(f"wrote {out}")
     return result
 

@@ -494,3 +494,65 @@ def test_entmax_loss_exclude_is_checked():
         entmax_loss(z, y, 1.5, exclude=True)
     with pytest.raises(ValueError, match="no target may equal exclude"):
         entmax_loss(z, y, 1.5, exclude=2)
+
+
+def _mp_entmax_loss(values, y, alpha):
+    """The entmax loss of float64 scores to 50 digits (mpmath bisection on the threshold)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 50
+    a = mp.mpf(alpha)
+    zs = [mp.mpf(v) for v in values]
+    X = [(a - 1) * (v - max(zs)) for v in zs]
+    b = 1 / (a - 1)
+    lo, hi = mp.mpf(-1), mp.mpf(0)
+    for _ in range(400):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sum(max(x - mid, 0) ** b for x in X) >= 1 else (lo, mid)
+    p = [max(x - lo, 0) ** b for x in X]
+    return sum(pj * (zj - zs[y]) for pj, zj in zip(p, zs)) + sum(pj - pj**a for pj in p) / (a * (a - 1))
+
+
+@pytest.mark.parametrize("alpha", [1.2, 1.25, 1.5, 2.0])
+@pytest.mark.parametrize("inside", [1e-3, 1.1e-3, 1e-2, 0.3])
+def test_loss_just_inside_the_margin_keeps_its_digits(alpha, inside):
+    """Eq. 6 near its zero: the largest probability is 1 - O(inside^b), and the entropy term
+    1 - p_m^(alpha-1) would cancel to rounding (a loss of 1e-19 came out as -3e-16); the loss
+    matches a 50-digit reference to 1e-9 relative."""
+    margin = 1.0 / (alpha - 1.0)
+    values = [margin - inside - 0.25, -0.25, -3.0] if inside == 1e-3 else [margin - inside - 0.3, -0.3, -3.1]
+    z = torch.tensor(values + [float("-inf")], dtype=F64)
+    got = entmax_loss(z, torch.tensor(0), alpha).item()
+    want = float(_mp_entmax_loss(values, 0, alpha))
+    assert want > 0 and got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("e", [1, 2, 3, 4, 5, 8, 1.0 / (1.2 - 1.0) - 1.0, 2.5, 0.5, 9])
+def test_power_by_squaring_equals_pow_and_leaves_its_input_alone(e):
+    from nmst_lib.entmax import _power
+
+    u = torch.rand(257, dtype=F64) * 3
+    u[::7] = 0.0
+    before = u.clone()
+    got = _power(u, e)
+    assert got is not u and torch.equal(u, before)
+    torch.testing.assert_close(got, u.pow(float(round(e)) if abs(e - round(e)) < 1e-9 else e), rtol=4e-16 * 8, atol=0)
+
+
+def test_dense_and_ragged_layouts_give_the_same_threshold(monkeypatch):
+    """The exact threshold (Chapter 8) does not depend on the layout its Newton iteration uses:
+    near-uniform rows (most scores candidates) in the dense blocks and in the ragged layout,
+    float32 and float64, agree to rounding, and both sum the entmax probabilities to 1."""
+    import nmst_lib.entmax as E
+
+    g = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, F64):
+        z = (torch.randn(67, 3001, generator=g) * 0.3).to(dtype)
+        z[:, 5] = float("-inf")
+        monkeypatch.setattr(E, "_DENSE_BLOCK_ELEMENTS", 20 * 3001)  # several blocks
+        dense = entmax_threshold(z, 1.2)
+        monkeypatch.setattr(E, "_DENSE_CANDIDATE_FRACTION", float("inf"))
+        ragged = entmax_threshold(z, 1.2)
+        monkeypatch.undo()
+        torch.testing.assert_close(dense, ragged, rtol=8 * torch.finfo(dtype).eps, atol=0)
+        total = entmax(z.double(), 1.2).sum(-1)
+        torch.testing.assert_close(total, torch.ones_like(total), rtol=0, atol=1e-12)
