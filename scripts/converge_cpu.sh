@@ -32,16 +32,25 @@ VOCAB=4000 CAP=60 PATIENCE=2 MIN_IMPROVEMENT=0.005
 recipe=(--set vocab_kind=bpe --set vocab_cap=$VOCAB --set drop_unk=true --set max_epochs=$CAP --set patience=$PATIENCE
         --set min_improvement=$MIN_IMPROVEMENT)
 runs=("va -" "nmst 5e-4" "st 5e-4" "nmst 1e-4" "st 1e-4")
+key_of() { echo "cpu-$1-$2$([ "$3" = - ] || echo "-eps$3")-bpe$((VOCAB / 1000))k-nounk-seed$4"; }
+total=0
+for seed in "${seeds[@]}"; do for arch in ${ARCHS:-lstm rnn}; do for run in "${runs[@]}"; do
+  read -r head eps <<<"$run"; [ -f "$out/wikitext2/$(key_of "$arch" "$head" "$eps" "$seed").json" ] || total=$((total + 1))
+done; done; done
+started=$(date +%s); finished=0
+echo "[plan] $total runs to go in this lane"
 for seed in "${seeds[@]}"; do
   for arch in ${ARCHS:-lstm rnn}; do
     for run in "${runs[@]}"; do
       read -r head eps <<<"$run"
-      key="cpu-$arch-$head$([ "$eps" = - ] || echo "-eps$eps")-bpe$((VOCAB / 1000))k-nounk-seed$seed"
+      key=$(key_of "$arch" "$head" "$eps" "$seed")
       if [ -f "$out/wikitext2/$key.json" ]; then echo "[plan] $key: done"; continue; fi
       echo "[plan] $key: $(date -u +%H:%M:%S) start"
       "$PY" -m nmst_lib run --profile cpu --arch "$arch" --head "$head" $([ "$eps" = - ] || echo "--eps $eps") \
         --seed "$seed" "${recipe[@]}" --threads 1 --no-progress --out "$out" --checkpoint-dir "$ckpt"
-      echo "[plan] $key: $(date -u +%H:%M:%S) done"
+      finished=$((finished + 1)); spent=$(( $(date +%s) - started ))
+      echo "[plan] $key: $(date -u +%H:%M:%S) done; $finished/$total in $((spent / 60)) min, about" \
+           "$(( spent * (total - finished) / finished / 60 )) min left (the mean of this lane's runs so far)"
     done
   done
 done

@@ -268,3 +268,20 @@ def test_a_fifth_family_is_one_registration(tmp_path, monkeypatch, capsys):
         toy.load(F.get_family("sparse").configs("quick")[0], tmp_path)
     with pytest.raises(ValueError, match="already registered"):
         F.register(F.Family(**{**toy.__dict__, "chapter": "98_other"}))
+
+
+def test_suite_clock_counts_runs_and_estimates_the_time_left_from_their_mean(monkeypatch):
+    from nmst_lib.experiments import family as F
+
+    now = [100.0]
+    monkeypatch.setattr(F.time, "monotonic", lambda: now[0])
+    clock = F.SuiteClock(4)
+    now[0] += 600  # the first run took 10 minutes
+    assert clock.tick().startswith("1/4 runs done in 10 min; about 30 min left (the mean of the runs so far")
+    now[0] += 60  # the second 1 minute: mean 5.5 min, 2 left
+    assert "2/4 runs done in 11 min; about 11 min left" in clock.tick()
+    now[0] += 30
+    clock.tick()
+    assert clock.tick() == "4/4 runs done in 12 min"  # 690 s; nothing left to estimate
+    with pytest.raises(ValueError):
+        F.SuiteClock(0)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ __all__ = [
     "run_family_suite",
     "train_here",
     "scratch_folder",
+    "SuiteClock",
 ]
 
 
@@ -279,6 +281,35 @@ def _run_job(payload) -> str:
     return config.key
 
 
+class SuiteClock:
+    """The suite's own progress line: runs done out of ``total``, time so
+    far and the time left estimated from the mean time of the runs done so
+    far (wall time per finished run, so parallel jobs are counted as they
+    run). The line says what the estimate rests on: runs of one suite can
+    differ several-fold."""
+
+    def __init__(self, total: int):
+        self.total = check_positive_int(total, "total")
+        self.done = 0
+        self.start = time.monotonic()
+
+    def tick(self) -> str:
+        """Count one finished run; the line to print."""
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        left = self.total - self.done
+        line = f"{self.done}/{self.total} runs done in {_minutes(elapsed)}"
+        if left > 0:
+            per_run = elapsed / self.done
+            line += (f"; about {_minutes(per_run * left)} left (the mean of the runs so far; "
+                     "runs of one suite can differ several-fold)")
+        return line
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
 def _run_in_processes(
     family: Family,
     todo: list,
@@ -292,11 +323,12 @@ def _run_in_processes(
 
     payloads = [(family.name, c.to_dict(), kwargs, threads) for c in todo]
     context = multiprocessing.get_context("spawn")
+    clock = SuiteClock(len(todo))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = [pool.submit(_run_job, payload) for payload in payloads]
         for done, future in enumerate(as_completed(futures), 1):
             say(
-                f"[{family.name}] {future.result()} finished ({done}/{len(todo)})"
+                f"[{family.name}] {future.result()} finished; {clock.tick()}"
             )
 
 
@@ -413,10 +445,12 @@ def run_family_suite(
             family, todo, {**kwargs, "device": str(device)}, jobs, threads, say
         )
     else:
+        clock = SuiteClock(len(todo)) if todo else None
         for config in todo:
             family.run(
                 config, device=device, progress=progress, log=log, **kwargs
             )
+            say(f"[{family.name}] {config.key} finished; {clock.tick()}")
     return [family.load(c, results_dir) for c in configs]
 
 
