@@ -115,6 +115,11 @@ def test_unknown_flat_names_are_refused_with_the_known_ones(call):
         call()
 
 
+def test_a_misspelt_flat_name_gets_the_closest_known_one():
+    with pytest.raises(ValueError, match=r"'hiden' \(did you mean 'hidden'\?\)"):
+        make_config("quick", hiden=3)
+
+
 def test_each_section_validates_itself():
     with pytest.raises(ValueError, match="dropout must lie in"):
         validate_model(ModelOptions(dropout=1.0))

@@ -17,10 +17,11 @@ by one flat vocabulary (:data:`FIELD_SECTIONS`) in results' JSON, ``--set`` and
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from .._validation import check_eps
 from .config_sections import (
@@ -144,6 +145,16 @@ def _short_eps(eps: float) -> str:
     return repr(eps)
 
 
+def _unknown_fields(unknown) -> ValueError:
+    """The error for flat names outside :data:`FIELD_SECTIONS`: each with its closest known
+    name, then every known name."""
+    hints = []
+    for name in sorted(map(str, unknown)):
+        close = difflib.get_close_matches(name, FIELD_SECTIONS, n=1)
+        hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    return ValueError(f"unknown config fields [{', '.join(hints)}]; known: {sorted(FIELD_SECTIONS)}")
+
+
 def _section_kwargs(flat: dict) -> dict:
     """Flat field values -> the keyword arguments of :class:`ExperimentConfig` (identity
     fields and sections), routed by :data:`FIELD_SECTIONS`. The ``gpt2`` section is built for
@@ -152,7 +163,7 @@ def _section_kwargs(flat: dict) -> dict:
     Unknown names raise ValueError naming the allowed ones."""
     unknown = set(flat) - set(FIELD_SECTIONS)
     if unknown:
-        raise ValueError(f"unknown config fields {sorted(unknown)}; known: {sorted(FIELD_SECTIONS)}")
+        raise _unknown_fields(unknown)
     kwargs, parts = {}, {name: {} for name in SECTION_TYPES}
     for name, value in flat.items():
         section, attr = FIELD_SECTIONS[name]
@@ -165,8 +176,16 @@ def _section_kwargs(flat: dict) -> dict:
         optional = section in ("gpt2", "temperature")
         arch = kwargs.get("arch", "lstm")
         is_gpt2 = section == "gpt2" and isinstance(arch, str) and arch.lower() == "gpt2"
-        kwargs[section] = None if optional and not is_gpt2 and built == cls() else built
+        kwargs[section] = None if optional and not is_gpt2 and _all_default(built) else built
     return kwargs
+
+
+def _all_default(section) -> bool:
+    """Every field at its default, of the default's type (``mixtures=True`` is not 1)."""
+    default = type(section)()
+    return all(getattr(section, f.name) == getattr(default, f.name)
+               and type(getattr(section, f.name)) is type(getattr(default, f.name))
+               for f in fields(section))
 
 
 @dataclass(frozen=True)
@@ -277,7 +296,7 @@ class ExperimentConfig:
         ``temperature``) reads as its defaults. For code that takes field names as data (recipe
         tables, ``--set``); code that names a field reads it from its section."""
         if name not in FIELD_SECTIONS:
-            raise ValueError(f"unknown config field {name!r}; known: {sorted(FIELD_SECTIONS)}")
+            raise _unknown_fields({name})
         section, attr = FIELD_SECTIONS[name]
         if section is None:
             return getattr(self, attr)
@@ -312,7 +331,7 @@ class ExperimentConfig:
         applied."""
         unknown = set(changes) - set(FIELD_SECTIONS)
         if unknown:
-            raise ValueError(f"unknown config fields {sorted(unknown)}; known: {sorted(FIELD_SECTIONS)}")
+            raise _unknown_fields(unknown)
         return validate_config(ExperimentConfig.from_flat(**{**self.flat_dict(), **changes}))
 
 
@@ -428,7 +447,7 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     if temperature is not None:
         temperature = validate_temperature(temperature, model.hidden)
         _check_temperature_for_model(temperature, arch, head)
-        if temperature == TemperatureOptions():
+        if _all_default(temperature):
             temperature = None
     changes["temperature"] = temperature
     decoding = changes["decoding"] = validate_decoding(config.decoding)

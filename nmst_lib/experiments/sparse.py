@@ -159,9 +159,9 @@ class SparseConfig:
     """One model of Chapter 8's suite (08_sparse) and how it is evaluated.
 
     ``model``: the :class:`~nmst_lib.experiments.config.ExperimentConfig` that trains it (data,
-    model, optimisation) and that fixes the r_nt(L) decodes: ``model.decoders`` (greedy and
-    ancestral, i.e. the model's natural decoder), ``model.decode_max_len``,
-    ``model.num_decode_contexts`` validation contexts (the fixed random subset of Chapter 6).
+    model, optimisation) and that fixes the r_nt(L) decodes: ``model.decoding.decoders`` (greedy and
+    ancestral, i.e. the model's natural decoder), ``model.decoding.decode_max_len``,
+    ``model.decoding.num_decode_contexts`` validation contexts (the fixed random subset of Chapter 6).
 
     Teacher-forced evaluation on ``eval_split`` (Martins et al. (2020) Tables 2, 4, 5), every
     scored token, ``eval_batch_size`` sequences per batch: the decoders ``decoders``, one token

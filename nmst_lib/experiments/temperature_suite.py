@@ -179,7 +179,7 @@ class TemperatureConfig:
     (2020) Sec. 4).
 
     ``model``: the :class:`~nmst_lib.experiments.config.ExperimentConfig` that trains it (an RNN/LSTM,
-    with ``temperature`` and/or ``mixtures`` > 1) and fixes its r_nt(L) decodes (``model.decoders``,
+    with ``temperature`` and/or ``mixtures`` > 1) and fixes its r_nt(L) decodes (``model.decoding.decoders``,
     ``decode_max_len``, the contexts of Chapter 6). ``evaluation``: a dict of the settings of
     :data:`TEMPERATURE_EVALUATION_DEFAULTS` (missing keys take the defaults; unknown keys are an
     error)."""
