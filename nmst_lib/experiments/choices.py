@@ -374,12 +374,13 @@ def _decode_seconds(c: ExperimentConfig, speed: tuple, committed, n_valid) -> tu
     steps a batch runs (see the module docstring) x the time of a step."""
     _, step, ref_rows = speed
     d_lo = d_hi = 0.0
-    for name in c.decoding.decoders:
+    d = c.decoding
+    for name in d.decoders:
         spec = parse_decoder(name)
         greedy = name == "greedy"
-        n_ctx = (c.decoding.num_decode_contexts if greedy else (c.decoding.num_decode_contexts_nongreedy or c.decoding.num_decode_contexts))
+        n_ctx = d.num_decode_contexts if greedy else (d.num_decode_contexts_nongreedy or d.num_decode_contexts)
         n_ctx = n_ctx or n_valid or 1
-        L = c.decoding.decode_max_len if greedy else (c.decoding.decode_max_len_nongreedy or c.decoding.decode_max_len)
+        L = d.decode_max_len if greedy else (d.decode_max_len_nongreedy or d.decode_max_len)
         beam = spec.beam_size or 1
         if c.head == "va":
             cap = L

@@ -1,17 +1,19 @@
-"""Experiment configurations and the three profiles (``quick``, ``cpu``, ``paper``) of the
-WikiText-2 experiments of Chapter 6 (06_wikitext), after Choi, Cho, Lee (2023) Sec. 4.1 and
-App. D, F, G, and of the GPT-2 fine-tuning experiments of Chapter 7 (07_gpt2), after Choi, Cho,
-Lee (2023) Sec. 4.2 and App. D and Welleck et al. (2020) Sec. 5.3 (``arch="gpt2"``), and the
-contextual-temperature and mixture-of-softmaxes output layers of Chapter 9 (09_temperature;
-Contextual Temperature (2020) Sec. 3, eq. 5-7: the ``temperature*``, ``loss_scaling`` and
-``mixtures`` fields).
+"""Experiment configurations and the three profiles (``quick``, ``cpu``,
+``paper``) of the WikiText-2 experiments of Chapter 6 (06_wikitext), after
+Choi, Cho, Lee (2023) Sec. 4.1 and App. D, F, G, and of the GPT-2 fine-tuning
+experiments of Chapter 7 (07_gpt2), after Choi, Cho, Lee (2023) Sec. 4.2 and
+App. D and Welleck et al. (2020) Sec. 5.3 (``arch="gpt2"``), and the
+contextual-temperature and mixture-of-softmaxes output layers of Chapter 9
+(09_temperature; Contextual Temperature (2020) Sec. 3, eq. 5-7: the
+``temperature*``, ``loss_scaling`` and ``mixtures`` fields).
 
-A config is a frozen dataclass; everything that can change a number in a result is in it,
-so its hash (:func:`config_hash`) identifies the result. Runtime choices that cannot change
-the numbers (progress bars, checkpoint frequency, output folders) are not in it. Its options
-live in typed sections, one per family of options (:mod:`.config_sections`: data, model,
-training, decoding, and the GPT-2 and Chapter 9 sections that only those families have), named
-by one flat vocabulary (:data:`FIELD_SECTIONS`) in results' JSON, ``--set`` and
+A config is a frozen dataclass; everything that can change a number in a result
+is in it, so its hash (:func:`config_hash`) identifies the result. Runtime
+choices that cannot change the numbers (progress bars, checkpoint frequency,
+output folders) are not in it. Its options live in typed sections, one per
+family of options (:mod:`.config_sections`: data, model, training, decoding,
+and the GPT-2 and Chapter 9 sections that only those families have), named by
+one flat vocabulary (:data:`FIELD_SECTIONS`) in results' JSON, ``--set`` and
 :func:`make_config`.
 """
 
@@ -78,10 +80,14 @@ __all__ = [
     "validate_config",
 ]
 
-# Re-exported for the import paths of earlier versions (their own modules document them).
-_REEXPORTED = (DATASETS, FIELD_SECTIONS, LR_SCHEDULES, VOCAB_KINDS, ALL_DECODERS, GREEDY_ONLY,
-               VA_CONSISTENT_DECODERS, DecoderSpec, parse_decoder, DataOptions, DecodingOptions,
-               GPT2Options, ModelOptions, TemperatureOptions, TrainingOptions)
+# Re-exported for the import paths of earlier versions (their own modules
+# document them).
+_REEXPORTED = (
+    DATASETS, FIELD_SECTIONS, LR_SCHEDULES, VOCAB_KINDS, ALL_DECODERS,
+    GREEDY_ONLY, VA_CONSISTENT_DECODERS, DecoderSpec, parse_decoder,
+    DataOptions, DecodingOptions, GPT2Options, ModelOptions,
+    TemperatureOptions, TrainingOptions,
+)
 
 SCHEMA_VERSION = 1
 """Bump when the training or evaluation code changes what a config's numbers mean: every
@@ -146,20 +152,26 @@ def _short_eps(eps: float) -> str:
 
 
 def _unknown_fields(unknown) -> ValueError:
-    """The error for flat names outside :data:`FIELD_SECTIONS`: each with its closest known
-    name, then every known name."""
+    """The error for flat names outside :data:`FIELD_SECTIONS`: each with its
+    closest known name, then every known name."""
     hints = []
     for name in sorted(map(str, unknown)):
         close = difflib.get_close_matches(name, FIELD_SECTIONS, n=1)
-        hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
-    return ValueError(f"unknown config fields [{', '.join(hints)}]; known: {sorted(FIELD_SECTIONS)}")
+        hints.append(
+            f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+        )
+    return ValueError(
+        f"unknown config fields [{', '.join(hints)}]; known: "
+        f"{sorted(FIELD_SECTIONS)}"
+    )
 
 
 def _section_kwargs(flat: dict) -> dict:
-    """Flat field values -> the keyword arguments of :class:`ExperimentConfig` (identity
-    fields and sections), routed by :data:`FIELD_SECTIONS`. The ``gpt2`` section is built for
-    arch gpt2 or when one of its fields is given (on another arch validation then says it does
-    not apply); the ``temperature`` section when one of its fields differs from its default.
+    """Flat field values -> the keyword arguments of :class:`ExperimentConfig`
+    (identity fields and sections), routed by :data:`FIELD_SECTIONS`. The
+    ``gpt2`` section is built for arch gpt2 or when one of its fields is given
+    (on another arch validation then says it does not apply); the
+    ``temperature`` section when one of its fields differs from its default.
     Unknown names raise ValueError naming the allowed ones."""
     unknown = set(flat) - set(FIELD_SECTIONS)
     if unknown:
@@ -175,37 +187,50 @@ def _section_kwargs(flat: dict) -> dict:
         built = cls(**parts[section])
         optional = section in ("gpt2", "temperature")
         arch = kwargs.get("arch", "lstm")
-        is_gpt2 = section == "gpt2" and isinstance(arch, str) and arch.lower() == "gpt2"
-        kwargs[section] = None if optional and not is_gpt2 and _all_default(built) else built
+        is_gpt2 = (
+            section == "gpt2"
+            and isinstance(arch, str)
+            and arch.lower() == "gpt2"
+        )
+        kwargs[section] = (
+            None if optional and not is_gpt2 and _all_default(built) else built
+        )
     return kwargs
 
 
 def _all_default(section) -> bool:
-    """Every field at its default, of the default's type (``mixtures=True`` is not 1)."""
+    """Every field at its default, of the default's type (``mixtures=True`` is
+    not 1)."""
     default = type(section)()
-    return all(getattr(section, f.name) == getattr(default, f.name)
-               and type(getattr(section, f.name)) is type(getattr(default, f.name))
-               for f in fields(section))
+    return all(
+        getattr(section, f.name) == getattr(default, f.name)
+        and type(getattr(section, f.name)) is type(getattr(default, f.name))
+        for f in fields(section)
+    )
 
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """One run of Chapters 6-9: who it is (``profile``, ``arch``, ``head``, ``eps``,
-    ``alpha``, ``seed``) and one typed section per family of options
-    (:mod:`nmst_lib.experiments.config_sections`): ``data`` (:class:`DataOptions`),
-    ``model`` (:class:`ModelOptions`), ``training`` (:class:`TrainingOptions`), ``decoding``
-    (:class:`DecodingOptions`), ``gpt2`` (:class:`GPT2Options`, Chapter 7 only, None for
-    rnn/lstm) and ``temperature`` (:class:`TemperatureOptions`, Chapter 9 only, None without
-    a contextual temperature or mixture). Build with :func:`make_config` to get a profile's
-    defaults (Choi, Cho, Lee (2023) Sec. 4.1-4.2, App. D; Chapter 6, 06_wikitext).
+    """One run of Chapters 6-9: who it is (``profile``, ``arch``, ``head``,
+    ``eps``, ``alpha``, ``seed``) and one typed section per family of options
+    (:mod:`nmst_lib.experiments.config_sections`): ``data``
+    (:class:`DataOptions`), ``model`` (:class:`ModelOptions`), ``training``
+    (:class:`TrainingOptions`), ``decoding`` (:class:`DecodingOptions`),
+    ``gpt2`` (:class:`GPT2Options`, Chapter 7 only, None for rnn/lstm) and
+    ``temperature`` (:class:`TemperatureOptions`, Chapter 9 only, None without
+    a contextual temperature or mixture). Build with :func:`make_config` to get
+    a profile's defaults (Choi, Cho, Lee (2023) Sec. 4.1-4.2, App. D; Chapter
+    6, 06_wikitext).
 
-    ``arch``: rnn | lstm | gpt2; ``head``: va | st | nmst | entmax | nmst-entmax; ``eps``:
-    ST, NMST and NMST-entmax only; ``alpha``: entmax and NMST-entmax only, the alpha > 1 of
-    alpha-entmax (Martins et al. (2020) eq. 2; Chapter 8, 08_sparse).
+    ``arch``: rnn | lstm | gpt2; ``head``: va | st | nmst | entmax |
+    nmst-entmax; ``eps``: ST, NMST and NMST-entmax only; ``alpha``: entmax and
+    NMST-entmax only, the alpha > 1 of alpha-entmax (Martins et al. (2020) eq.
+    2; Chapter 8, 08_sparse).
 
-    One flat vocabulary names every option: :data:`FIELD_SECTIONS` routes ``hidden`` to
-    ``model.hidden``, ``temperature`` to ``temperature.normalisation`` and so on. It is the
-    vocabulary of :meth:`to_dict` (results' JSON and their hashes), :meth:`replace`,
+    One flat vocabulary names every option: :data:`FIELD_SECTIONS` routes
+    ``hidden`` to ``model.hidden``, ``temperature`` to
+    ``temperature.normalisation`` and so on. It is the vocabulary of
+    :meth:`to_dict` (results' JSON and their hashes), :meth:`replace`,
     :func:`make_config` and ``--set``; attributes are read through the sections
     (``config.model.hidden``).
     """
@@ -225,54 +250,85 @@ class ExperimentConfig:
 
     @classmethod
     def from_flat(cls, **flat) -> ExperimentConfig:
-        """An unvalidated config from flat field names (:data:`FIELD_SECTIONS`); fields not
-        given keep the sections' defaults."""
+        """An unvalidated config from flat field names
+        (:data:`FIELD_SECTIONS`); fields not given keep the sections' defaults.
+        """
         return cls(**_section_kwargs(flat))
 
     @property
     def key(self) -> str:
-        """File-name key: profile, arch, head, eps, alpha, seed (the identity of a run in a suite),
-        e.g. ``cpu-lstm-nmst-eps5e-4-seed0``, ``cpu-lstm-entmax-a1.5-seed0``,
-        ``cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0``; eps with as many digits as it needs
-        (``cpu-gpt2-st-eps2.5e-3-seed0``, not ``eps3e-3``)."""
-        eps = "" if self.eps is None else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
+        """File-name key: profile, arch, head, eps, alpha, seed (the identity
+        of a run in a suite), e.g. ``cpu-lstm-nmst-eps5e-4-seed0``,
+        ``cpu-lstm-entmax-a1.5-seed0``,
+        ``cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0``; eps with as many digits as
+        it needs (``cpu-gpt2-st-eps2.5e-3-seed0``, not ``eps3e-3``)."""
+        eps = (
+            ""
+            if self.eps is None
+            else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
+        )
         alpha = "" if self.alpha is None else f"-a{self.alpha:g}"
         data = self.data
-        vocab = "" if data.vocab_kind == "word" else f"-{data.vocab_kind}{_short_count(data.vocab_cap)}"
+        vocab = (
+            ""
+            if data.vocab_kind == "word"
+            else f"-{data.vocab_kind}{_short_count(data.vocab_cap)}"
+        )
         vocab += "-nounk" if data.drop_unk else ""
-        return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}{self._temperature_key()}{vocab}-seed{self.seed}"
+        ident = f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}"
+        return f"{ident}{self._temperature_key()}{vocab}-seed{self.seed}"
 
     def _temperature_key(self) -> str:
-        """The Chapter 9 (09_temperature) part of :attr:`key`: ``-mos{M}`` for a mixture of M
-        softmaxes (Contextual Temperature (2020) eq. 3), then ``-ct-`` and the normalisation of
-        eq. 5 / Table 3 (``sig-a1-b0.5``, ``smax-a1-b0.5``, ``pow-l4``, ``shift-l3``), ``-nols``
-        without the loss scaling of Sec. 3.3, ``-lsdet`` with it detached (``detach_loss_scale``),
-        and ``-q{rank}`` when the rank Q of W1 W2 is not
-        ``hidden // 2``. Empty for every config of Chapters 6-8."""
+        """The Chapter 9 (09_temperature) part of :attr:`key`: ``-mos{M}`` for
+        a mixture of M softmaxes (Contextual Temperature (2020) eq. 3), then
+        ``-ct-`` and the normalisation of eq. 5 / Table 3 (``sig-a1-b0.5``,
+        ``smax-a1-b0.5``, ``pow-l4``, ``shift-l3``), ``-nols`` without the loss
+        scaling of Sec. 3.3, ``-lsdet`` with it detached
+        (``detach_loss_scale``), and ``-q{rank}`` when the rank Q of W1 W2 is
+        not ``hidden // 2``. Empty for every config of Chapters 6-8."""
         t = self.temperature
         if t is None:
             return ""
         out = f"-mos{t.mixtures}" if t.mixtures != 1 else ""
         if t.normalisation is None:
             return out
-        short = {"sigmoid": "sig", "softmax": "smax", "power-tanh": "pow", "shifted-tanh": "shift"}[t.normalisation]
+        short = {
+            "sigmoid": "sig",
+            "softmax": "smax",
+            "power-tanh": "pow",
+            "shifted-tanh": "shift",
+        }[t.normalisation]
         if t.normalisation in ("sigmoid", "softmax"):
             norm = f"{short}-a{t.a:g}-b{t.b:g}"
         else:
             norm = f"{short}-l{t.lam:g}"
-        out += "-ct-" + norm + ("-lsdet" if t.detach_loss_scale else "" if t.loss_scaling else "-nols")
+        out += (
+            "-ct-"
+            + norm
+            + (
+                "-lsdet"
+                if t.detach_loss_scale
+                else ""
+                if t.loss_scaling
+                else "-nols"
+            )
+        )
         if t.rank is not None and t.rank != self.model.hidden // 2:
             out += f"-q{t.rank}"
         return out
 
     @property
     def label(self) -> str:
-        """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``, ``ENTMAX+LSTM (alpha=1.5)``."""
-        parts = ([] if self.eps is None else [f"eps={_short_eps(self.eps)}"]) + (
-            [] if self.alpha is None else [f"alpha={self.alpha:g}"])
+        """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``, ``ENTMAX+LSTM
+        (alpha=1.5)``."""
+        parts = (
+            [] if self.eps is None else [f"eps={_short_eps(self.eps)}"]
+        ) + ([] if self.alpha is None else [f"alpha={self.alpha:g}"])
         head = self.head.upper()
         t = self.temperature or TemperatureOptions()
-        if t.mixtures != 1:  # Chapter 9 (09_temperature): MoS / CT-MoS, CT-VA, CT-NMST
+        if (
+            t.mixtures != 1
+        ):  # Chapter 9 (09_temperature): MoS / CT-MoS, CT-VA, CT-NMST
             head = "MoS" if head == "VA" else f"{head}-MoS"
             parts.append(f"M={t.mixtures}")
         if t.normalisation is not None:
@@ -292,32 +348,39 @@ class ExperimentConfig:
 
     def value(self, name: str):
         """The value of the flat field ``name`` (:data:`FIELD_SECTIONS`), e.g.
-        ``config.value("hidden") == config.model.hidden``; an absent section (``gpt2``,
-        ``temperature``) reads as its defaults. For code that takes field names as data (recipe
-        tables, ``--set``); code that names a field reads it from its section."""
+        ``config.value("hidden") == config.model.hidden``; an absent section
+        (``gpt2``, ``temperature``) reads as its defaults. For code that takes
+        field names as data (recipe tables, ``--set``); code that names a field
+        reads it from its section."""
         if name not in FIELD_SECTIONS:
             raise _unknown_fields({name})
         section, attr = FIELD_SECTIONS[name]
         if section is None:
             return getattr(self, attr)
         part = getattr(self, section)
-        return getattr(SECTION_TYPES[section]() if part is None else part, attr)
+        return getattr(
+            SECTION_TYPES[section]() if part is None else part, attr
+        )
 
     def flat_dict(self) -> dict:
-        """Every flat field and its value, in the order of :data:`FIELD_SECTIONS` (nothing
-        left out, tuples kept): the inverse of :meth:`from_flat`."""
+        """Every flat field and its value, in the order of
+        :data:`FIELD_SECTIONS` (nothing left out, tuples kept): the inverse of
+        :meth:`from_flat`."""
         return {name: self.value(name) for name in FIELD_SECTIONS}
 
     def to_dict(self) -> dict:
-        """JSON-ready flat dict of every field (tuples become lists): the keys of
-        :data:`FIELD_SECTIONS`, so the dict and :func:`config_hash` are those of the flat config
-        before the sections. ``alpha`` is left out when it is None (every head but entmax and
-        nmst-entmax), and the fields added for GPT-2 (Chapter 7, 07_gpt2: dataset, pretrained,
-        attn_heads, lr_schedule, lr_decay_steps, max_steps, grad_accum, no_decay_bias_norm),
-        for Chapter 9 (09_temperature: temperature, temperature_a, temperature_b,
-        temperature_lambda, temperature_rank, loss_scaling, mixtures, detach_loss_scale) and
-        later (vocab_kind, drop_unk, min_improvement) when they are at their defaults, so that
-        configs written before those fields existed keep their :func:`config_hash`."""
+        """JSON-ready flat dict of every field (tuples become lists): the keys
+        of :data:`FIELD_SECTIONS`, so the dict and :func:`config_hash` are
+        those of the flat config before the sections. ``alpha`` is left out
+        when it is None (every head but entmax and nmst-entmax), and the fields
+        added for GPT-2 (Chapter 7, 07_gpt2: dataset, pretrained, attn_heads,
+        lr_schedule, lr_decay_steps, max_steps, grad_accum,
+        no_decay_bias_norm), for Chapter 9 (09_temperature: temperature,
+        temperature_a, temperature_b, temperature_lambda, temperature_rank,
+        loss_scaling, mixtures, detach_loss_scale) and later (vocab_kind,
+        drop_unk, min_improvement) when they are at their defaults, so that
+        configs written before those fields existed keep their
+        :func:`config_hash`."""
         d = self.flat_dict()
         d["betas"] = list(d["betas"])
         d["decoders"] = list(d["decoders"])
@@ -327,54 +390,95 @@ class ExperimentConfig:
         return d
 
     def replace(self, **changes) -> ExperimentConfig:
-        """A validated copy with ``changes`` (flat field names, :data:`FIELD_SECTIONS`)
-        applied."""
+        """A validated copy with ``changes`` (flat field names,
+        :data:`FIELD_SECTIONS`) applied."""
         unknown = set(changes) - set(FIELD_SECTIONS)
         if unknown:
             raise _unknown_fields(unknown)
-        return validate_config(ExperimentConfig.from_flat(**{**self.flat_dict(), **changes}))
+        return validate_config(
+            ExperimentConfig.from_flat(**{**self.flat_dict(), **changes})
+        )
 
 
-_OMITTED_AT_DEFAULT = {"alpha": None, "vocab_kind": "word", "drop_unk": False, "min_improvement": 0.0,
-                       "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
-                       "lr_schedule": "plateau", "lr_decay_steps": None, "max_steps": None, "grad_accum": 1,
-                       "no_decay_bias_norm": False,
-                       "temperature": None, "temperature_a": None, "temperature_b": None, "temperature_lambda": None,
-                       "temperature_rank": None, "loss_scaling": False, "mixtures": 1, "detach_loss_scale": False}
-"""Fields that :meth:`ExperimentConfig.to_dict` leaves out at these values (they postdate
-Chapter 6's committed results, whose hashes must not change)."""
+_OMITTED_AT_DEFAULT = {
+    "alpha": None,
+    "vocab_kind": "word",
+    "drop_unk": False,
+    "min_improvement": 0.0,
+    "dataset": "wikitext-2",
+    "pretrained": None,
+    "attn_heads": None,
+    "lr_schedule": "plateau",
+    "lr_decay_steps": None,
+    "max_steps": None,
+    "grad_accum": 1,
+    "no_decay_bias_norm": False,
+    "temperature": None,
+    "temperature_a": None,
+    "temperature_b": None,
+    "temperature_lambda": None,
+    "temperature_rank": None,
+    "loss_scaling": False,
+    "mixtures": 1,
+    "detach_loss_scale": False,
+}
+"""Fields that :meth:`ExperimentConfig.to_dict` leaves out at these values
+(they postdate Chapter 6's committed results, whose hashes must not change)."""
 
 
 def _validate_identity(config: ExperimentConfig) -> dict:
-    """profile, arch, head, eps, alpha, seed: the normalised values (arch and head lower case,
-    eps and alpha floats), or ValueError / TypeError saying what is allowed."""
+    """profile, arch, head, eps, alpha, seed: the normalised values (arch and
+    head lower case, eps and alpha floats), or ValueError / TypeError saying
+    what is allowed."""
     if config.profile not in PROFILES:
-        raise ValueError(f"unknown profile {config.profile!r}: choose one of {', '.join(PROFILES)}")
+        raise ValueError(
+            f"unknown profile {config.profile!r}: choose one of "
+            f"{', '.join(PROFILES)}"
+        )
     arch = config.arch.lower() if isinstance(config.arch, str) else config.arch
     if arch not in ARCHS:
-        raise ValueError(f"unknown arch {config.arch!r}: choose rnn (tanh RNN), lstm or gpt2")
+        raise ValueError(
+            f"unknown arch {config.arch!r}: choose rnn (tanh RNN), lstm or "
+            "gpt2"
+        )
     head = normalise_head(config.head)
     out = {"arch": arch, "head": head}
     if head not in EPS_HEADS:
         if config.eps is not None:
-            raise ValueError(f"eps applies to the st, nmst and nmst-entmax heads only; leave it out (None) for "
-                             f"head {head}")
+            raise ValueError(
+                "eps applies to the st, nmst and nmst-entmax heads only; "
+                "leave it out (None) for "
+                f"head {head}"
+            )
     else:
         if config.eps is None:
-            raise ValueError(f"head {head} needs eps in (0, 1), e.g. 1e-4 (the paper uses {PAPER_EPS})")
+            raise ValueError(
+                f"head {head} needs eps in (0, 1), e.g. 1e-4 (the paper uses "
+                f"{PAPER_EPS})"
+            )
         out["eps"] = check_eps(config.eps)
     if head in SPARSE_HEADS:
         if config.alpha is None:
-            raise ValueError(f"head {head} needs alpha > 1 (alpha-entmax; Martins et al. (2020) use 1.2 on "
-                             "WikiText-2, 1.5 is the exact sort-based entmax15)")
+            raise ValueError(
+                f"head {head} needs alpha > 1 (alpha-entmax; Martins et al. "
+                "(2020) use 1.2 on "
+                "WikiText-2, 1.5 is the exact sort-based entmax15)"
+            )
         check_number(config.alpha, "alpha")
         if not (math.isfinite(config.alpha) and config.alpha > 1):
-            raise ValueError(f"alpha must be a finite number > 1 for head {head} (alpha = 1 is softmax: use "
-                             f"{'va' if head == 'entmax' else 'nmst'}), got {config.alpha!r}")
+            raise ValueError(
+                f"alpha must be a finite number > 1 for head {head} (alpha = "
+                "1 is softmax: use "
+                f"{'va' if head == 'entmax' else 'nmst'}), got "
+                f"{config.alpha!r}"
+            )
         out["alpha"] = float(config.alpha)
     elif config.alpha is not None:
-        raise ValueError(f"alpha applies to the entmax and nmst-entmax heads only; leave it out (None) for head "
-                         f"{head}")
+        raise ValueError(
+            "alpha applies to the entmax and nmst-entmax heads only; leave "
+            "it out (None) for head "
+            f"{head}"
+        )
     seed = config.seed
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
@@ -382,58 +486,98 @@ def _validate_identity(config: ExperimentConfig) -> dict:
 
 
 def _check_data_for_arch(data: DataOptions, arch: str) -> None:
-    """The data options that depend on the arch: WikiText-103, a fixed vocabulary and raw text
-    for GPT-2 (Chapter 7), BPE pieces and ``drop_unk`` for rnn/lstm only."""
+    """The data options that depend on the arch: WikiText-103, a fixed
+    vocabulary and raw text for GPT-2 (Chapter 7), BPE pieces and ``drop_unk``
+    for rnn/lstm only."""
     if data.dataset == "wikitext-103" and arch != "gpt2":
-        raise ValueError("dataset 'wikitext-103' is for arch gpt2 only (Choi, Cho, Lee (2023) Sec. 4.2); the RNN/LSTM "
-                         "experiments use 'wikitext-2'")
+        raise ValueError(
+            "dataset 'wikitext-103' is for arch gpt2 only (Choi, Cho, Lee "
+            "(2023) Sec. 4.2); the RNN/LSTM "
+            "experiments use 'wikitext-2'"
+        )
     if data.vocab_kind == "bpe" and (arch == "gpt2" or data.vocab_cap is None):
-        raise ValueError("vocab_kind bpe needs vocab_cap, the number of pieces (e.g. 8000), and an rnn or lstm "
-                         f"(GPT-2 has its own BPE); got arch {arch!r}, vocab_cap {data.vocab_cap!r}")
+        raise ValueError(
+            "vocab_kind bpe needs vocab_cap, the number of pieces (e.g. "
+            "8000), and an rnn or lstm "
+            f"(GPT-2 has its own BPE); got arch {arch!r}, vocab_cap "
+            f"{data.vocab_cap!r}"
+        )
     if data.drop_unk and arch == "gpt2":
-        raise ValueError("drop_unk applies to arch rnn or lstm only: GPT-2 reads the raw text, which has no <unk> "
-                         "markers; leave it out (False)")
+        raise ValueError(
+            "drop_unk applies to arch rnn or lstm only: GPT-2 reads the raw "
+            "text, which has no <unk> "
+            "markers; leave it out (False)"
+        )
     if arch == "gpt2" and data.vocab_cap is not None:
-        raise ValueError(f"vocab_cap must be None for arch gpt2: the GPT-2 BPE vocabulary is fixed (50,257 ids), "
-                         f"got {data.vocab_cap!r}")
+        raise ValueError(
+            "vocab_cap must be None for arch gpt2: the GPT-2 BPE vocabulary "
+            "is fixed (50,257 ids), "
+            f"got {data.vocab_cap!r}"
+        )
 
 
 def _check_gpt2_for_arch(gpt2: GPT2Options | None, arch: str) -> None:
-    """A GPT2Options section is for arch gpt2 only (each field says so in its own words)."""
+    """A GPT2Options section is for arch gpt2 only (each field says so in its
+    own words)."""
     if arch == "gpt2" or gpt2 is None:
         return
     if gpt2.pretrained is not None:
-        raise ValueError(f"pretrained applies to arch gpt2 only; leave it out (None) for arch {arch}")
+        raise ValueError(
+            "pretrained applies to arch gpt2 only; leave it out (None) for "
+            f"arch {arch}"
+        )
     if gpt2.attn_heads is not None:
-        raise ValueError("attn_heads applies to a GPT-2 trained from scratch only (arch gpt2, pretrained None); "
-                         "a pretrained model brings its own; leave it out (None)")
-    raise ValueError(f"the gpt2 section applies to arch gpt2 only; leave it out (None) for arch {arch}")
+        raise ValueError(
+            "attn_heads applies to a GPT-2 trained from scratch only (arch "
+            "gpt2, pretrained None); "
+            "a pretrained model brings its own; leave it out (None)"
+        )
+    raise ValueError(
+        "the gpt2 section applies to arch gpt2 only; leave it out (None) for "
+        f"arch {arch}"
+    )
 
 
-def _check_temperature_for_model(t: TemperatureOptions, arch: str, head: str) -> None:
-    """Contextual temperature and MoS (Chapter 9) need an RNN/LSTM with a softmax head; a
-    mixture, head va."""
+def _check_temperature_for_model(
+    t: TemperatureOptions, arch: str, head: str
+) -> None:
+    """Contextual temperature and MoS (Chapter 9) need an RNN/LSTM with a
+    softmax head; a mixture, head va."""
     if t.normalisation is None and t.mixtures == 1:
         return
     if arch == "gpt2":
-        raise ValueError("contextual temperature and mixtures of softmaxes are implemented for RNNLM/LSTMLM "
-                         "(Chapter 9); use arch rnn or lstm, or leave temperature and mixtures out for gpt2")
+        raise ValueError(
+            "contextual temperature and mixtures of softmaxes are implemented "
+            "for RNNLM/LSTMLM "
+            "(Chapter 9); use arch rnn or lstm, or leave temperature and "
+            "mixtures out for gpt2"
+        )
     if head in SPARSE_HEADS:
-        raise ValueError(f"contextual temperature and mixtures of softmaxes need a softmax-based head (va, st or "
-                         f"nmst), got head {head}")
+        raise ValueError(
+            "contextual temperature and mixtures of softmaxes need a "
+            "softmax-based head (va, st or "
+            f"nmst), got head {head}"
+        )
     if t.mixtures > 1 and head != "va":
-        raise ValueError(f"a mixture of softmaxes (mixtures={t.mixtures}) is implemented with head va only (MoS / "
-                         f"CT-MoS, Contextual Temperature (2020) eq. 3 and 6), got head {head}")
+        raise ValueError(
+            f"a mixture of softmaxes (mixtures={t.mixtures}) is implemented "
+            "with head va only (MoS / "
+            "CT-MoS, Contextual Temperature (2020) eq. 3 and 6), got head "
+            f"{head}"
+        )
 
 
 def validate_config(config: ExperimentConfig) -> ExperimentConfig:
-    """Check every section and return the config with normalised values; raises ValueError /
-    TypeError saying what to change (before any data is loaded or any training starts). Each
-    section has its own validator (:mod:`nmst_lib.experiments.config_sections`); the checks
-    that involve two sections (the arch and the data, GPT-2 or temperature options; GPT-2's
-    1024 positions) are here."""
+    """Check every section and return the config with normalised values; raises
+    ValueError / TypeError saying what to change (before any data is loaded or
+    any training starts). Each section has its own validator
+    (:mod:`nmst_lib.experiments.config_sections`); the checks that involve two
+    sections (the arch and the data, GPT-2 or temperature options; GPT-2's 1024
+    positions) are here."""
     if not isinstance(config, ExperimentConfig):
-        raise TypeError(f"expected an ExperimentConfig, got {type(config).__name__}")
+        raise TypeError(
+            f"expected an ExperimentConfig, got {type(config).__name__}"
+        )
     changes = _validate_identity(config)
     arch, head = changes["arch"], changes["head"]
     data = validate_data(config.data)
@@ -441,7 +585,9 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     _check_gpt2_for_arch(config.gpt2, arch)
     model = validate_model(config.model)
     if arch == "gpt2":
-        changes["gpt2"] = validate_gpt2(config.gpt2 or GPT2Options(), model.hidden)
+        changes["gpt2"] = validate_gpt2(
+            config.gpt2 or GPT2Options(), model.hidden
+        )
     changes["training"] = validate_training(config.training)
     temperature = config.temperature
     if temperature is not None:
@@ -452,13 +598,18 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     changes["temperature"] = temperature
     decoding = changes["decoding"] = validate_decoding(config.decoding)
     if arch == "gpt2":
-        longest = max(decoding.decode_max_len, decoding.decode_max_len_nongreedy or 0)
+        longest = max(
+            decoding.decode_max_len, decoding.decode_max_len_nongreedy or 0
+        )
         if data.context_len + longest > GPT2_MAX_POSITIONS:
-            raise ValueError(f"GPT-2 attends to {GPT2_MAX_POSITIONS} positions: context_len ({data.context_len}) "
-                             f"+ the longest decode_max_len ({longest}) must not exceed it; the paper uses "
-                             "L = 1000 with k = 10")
+            raise ValueError(
+                f"GPT-2 attends to {GPT2_MAX_POSITIONS} positions: "
+                f"context_len ({data.context_len}) "
+                f"+ the longest decode_max_len ({longest}) must not exceed "
+                "it; the paper uses "
+                "L = 1000 with k = 10"
+            )
     return replace(config, **changes)
-
 
 
 DECODING_FIELDS = ("decoders", "decode_max_len", "decode_max_len_nongreedy", "num_decode_contexts",
@@ -488,8 +639,9 @@ def config_hash(config: ExperimentConfig) -> str:
 
 
 def config_from_dict(d: dict) -> ExperimentConfig:
-    """Inverse of :meth:`ExperimentConfig.to_dict`: flat field names (:data:`FIELD_SECTIONS`)
-    routed to their sections (unknown keys are an error)."""
+    """Inverse of :meth:`ExperimentConfig.to_dict`: flat field names
+    (:data:`FIELD_SECTIONS`) routed to their sections (unknown keys are an
+    error)."""
     d = dict(d)
     if "betas" in d:
         d["betas"] = tuple(d["betas"])
@@ -642,5 +794,7 @@ def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", ep
         defaults["decoders"] = default_decoders(profile, head, eps, seed)
         defaults.update(_PROFILE_DEFAULTS[profile][arch_key])
     defaults.update(overrides)
-    flat = dict(profile=profile, arch=arch_key, head=head, eps=eps, seed=seed, **defaults)
+    identity = {"profile": profile, "arch": arch_key, "head": head, "eps": eps,
+                "seed": seed}
+    flat = {**identity, **defaults}
     return validate_config(ExperimentConfig.from_flat(**flat))

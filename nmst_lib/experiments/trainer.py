@@ -192,7 +192,8 @@ def _lines(corpus: D.Corpus, split: str, config: ExperimentConfig) -> list[str]:
 def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> PreparedData:
     """Vocabulary from the training lines (capped at ``config.data.vocab_cap``), continuation-task
     sequences of every split (k = ``config.data.context_len``), the training sequences cut to
-    ``config.data.max_train_tokens`` (validation and test to ``config.data.max_eval_tokens``), and a provenance dict (Chapter 6, 06_wikitext, "The data").
+    ``config.data.max_train_tokens`` (validation and test to ``config.data.max_eval_tokens``), and a
+    provenance dict (Chapter 6, 06_wikitext, "The data").
     For GPT-2 (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7, 07_gpt2) the raw text of
     ``config.data.dataset`` tokenised with GPT-2's BPE (vocabulary fixed at the tokenizer's, eos
     ``<|endoftext|>`` appended, lines of at most k or more than 1,024 tokens dropped; cached on
