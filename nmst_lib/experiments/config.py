@@ -169,9 +169,10 @@ def _unknown_fields(unknown) -> ValueError:
 def _section_kwargs(flat: dict) -> dict:
     """Flat field values -> the keyword arguments of :class:`ExperimentConfig`
     (identity fields and sections), routed by :data:`FIELD_SECTIONS`. The
-    ``gpt2`` section is built for arch gpt2 or when one of its fields is given
-    (on another arch validation then says it does not apply); the
-    ``temperature`` section when one of its fields differs from its default.
+    ``gpt2`` section is built for arch gpt2 or when one of its fields is not
+    None (on another arch validation then says it does not apply); the
+    ``temperature`` section when one of its fields differs from its default
+    (value or type: ``mixtures=True`` is not 1, and validation refuses it).
     Unknown names raise ValueError naming the allowed ones."""
     unknown = set(flat) - set(FIELD_SECTIONS)
     if unknown:
