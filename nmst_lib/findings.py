@@ -217,7 +217,8 @@ RECIPE_FIELDS = {
 def recipe_rows(ours, paper, fields=RECIPE_FIELDS, *, seeds=None) -> list:
     """Our recipe beside the paper's, one row per hyper-parameter, each deviation named.
 
-    ``ours`` and ``paper`` are configs (dataclasses or mappings) of the same experiment at
+    ``ours`` and ``paper`` are configs (dataclasses, mappings, or configs with a
+    ``flat_dict()`` such as ``ExperimentConfig``, read by flat field name) of the same experiment at
     our profile and at the ``paper`` profile, which encodes the paper's published settings
     (e.g. Choi et al. 2023 App. D). ``seeds``: optional ``(ours, paper)`` seed counts.
     Fields that are None in both are left out. Chapters 6-9 show it as their recipe table.
@@ -225,6 +226,8 @@ def recipe_rows(ours, paper, fields=RECIPE_FIELDS, *, seeds=None) -> list:
     def get(config, name):
         if isinstance(config, dict):
             return config.get(name)
+        if callable(getattr(config, "flat_dict", None)):  # ExperimentConfig: by flat name
+            return config.flat_dict().get(name)
         return getattr(config, name, None)
 
     rows = []

@@ -77,7 +77,7 @@ def test_the_paper_estimate_covers_the_suite_and_respects_the_caps():
     # an ST/NMST greedy run decodes at most t_1/2 steps per batch; VA the whole L
     va = make_config("paper", "lstm", "va", None, 3)
     nmst = make_config("paper", "lstm", "nmst", 1e-4, 3)  # greedy only
-    assert nmst.decoders == ("greedy",) and va.decode_max_len == 100_000
+    assert nmst.decoding.decoders == ("greedy",) and va.decoding.decode_max_len == 100_000
     one = estimate_profile_time("paper", "cpu", measure=False, configs=[va.replace(decoders=("greedy",)), nmst])
     (va_lo, va_hi), (nm_lo, nm_hi) = one.per_run[va.key], one.per_run[nmst.key]
     train = one.train_seconds[1] / 2

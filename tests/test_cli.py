@@ -104,7 +104,7 @@ def test_config_overrides_parse_json_values():
     args = cli.build_parser().parse_args(["train", "--set", "max_epochs=1", "--set", "vocab_cap=null",
                                           "--decoders", "greedy,beam-2"])
     config = cli._config_from_args(args)
-    assert config.max_epochs == 1 and config.vocab_cap is None and config.decoders == ("greedy", "beam-2")
+    assert config.training.max_epochs == 1 and config.data.vocab_cap is None and config.decoding.decoders == ("greedy", "beam-2")
 
 
 def test_help_names_the_data_variables_and_no_workplace_path(capsys):

@@ -80,21 +80,21 @@ def reference_run(fixture_data_env, tmp_path_factory):
 def test_profiles_follow_the_paper_and_the_budget():
     paper_rnn = make_config("paper", "rnn", "nmst", 1e-5)
     paper_lstm = make_config("paper", "lstm", "va")
-    assert (paper_rnn.hidden, paper_rnn.layers, paper_rnn.dropout) == (256, 2, 0.3)
-    assert (paper_lstm.hidden, paper_lstm.dropout, paper_lstm.vocab_cap) == (512, 0.5, None)
-    assert (paper_lstm.lr, paper_lstm.betas, paper_lstm.weight_decay) == (1e-3, (0.9, 0.99), 0.01)
-    assert (paper_lstm.lr_decay, paper_lstm.patience, paper_lstm.max_epochs) == (0.5, 10, 70)
-    assert (paper_lstm.batch_size, paper_lstm.clip, paper_lstm.decode_max_len) == (32, 1.0, 100_000)
-    assert make_config("cpu").decode_max_len == 10_000
+    assert (paper_rnn.model.hidden, paper_rnn.model.layers, paper_rnn.model.dropout) == (256, 2, 0.3)
+    assert (paper_lstm.model.hidden, paper_lstm.model.dropout, paper_lstm.data.vocab_cap) == (512, 0.5, None)
+    assert (paper_lstm.training.lr, paper_lstm.training.betas, paper_lstm.training.weight_decay) == (1e-3, (0.9, 0.99), 0.01)
+    assert (paper_lstm.training.lr_decay, paper_lstm.training.patience, paper_lstm.training.max_epochs) == (0.5, 10, 70)
+    assert (paper_lstm.training.batch_size, paper_lstm.training.clip, paper_lstm.decoding.decode_max_len) == (32, 1.0, 100_000)
+    assert make_config("cpu").decoding.decode_max_len == 10_000
     assert len(suite_configs("paper")) == 2 * 10 * (1 + 2 * 4)
     cpu = suite_configs("cpu")
     assert len({c.key for c in cpu}) == len(cpu) == 2 * 3 * (1 + 2 * 2)
     va = [c for c in cpu if c.head == "va" and c.seed == 0][0]
-    assert "consistent-top-2" in va.decoders and "beam-4" in va.decoders
-    assert va.decode_max_len == 10_000 and va.decode_max_len_nongreedy is None  # every decoder to L = 1e4
+    assert "consistent-top-2" in va.decoding.decoders and "beam-4" in va.decoding.decoders
+    assert va.decoding.decode_max_len == 10_000 and va.decoding.decode_max_len_nongreedy is None  # every decoder to L = 1e4
     featured = [c for c in cpu if c.head == "nmst" and c.seed == 0 and c.eps == 5e-4][0]
-    assert "nucleus-0.4" in featured.decoders
-    assert all(c.decoders == ("greedy",) for c in cpu if c.seed > 0)  # other seeds: greedy only
+    assert "nucleus-0.4" in featured.decoding.decoders
+    assert all(c.decoding.decoders == ("greedy",) for c in cpu if c.seed > 0)  # other seeds: greedy only
 
 
 def test_config_hash_changes_with_every_field_and_round_trips():
@@ -123,7 +123,7 @@ def test_bad_configs_are_rejected_with_what_to_change(kwargs, match):
     fields = dict(profile="quick", arch="lstm", head="va", eps=None)
     fields.update(kwargs)
     with pytest.raises((ValueError, TypeError), match=match):
-        validate_config(ExperimentConfig(**fields))
+        validate_config(ExperimentConfig.from_flat(**fields))
 
 
 def test_bad_config_fails_before_any_data_or_training(monkeypatch, tmp_path):
@@ -156,9 +156,9 @@ def test_quick_profile_data_from_the_real_wikitext(monkeypatch):
     data = prepare_data(config)
     desc = data.description
     assert desc["substitute"] is not None and sum(desc["num_articles"].values()) > 100
-    assert len(data.vocab) == config.vocab_cap + 3
-    assert data.train.num_tokens <= config.max_train_tokens < data.train.num_tokens + 300
-    assert len(data.valid) >= config.num_decode_contexts
+    assert len(data.vocab) == config.data.vocab_cap + 3
+    assert data.train.num_tokens <= config.data.max_train_tokens < data.train.num_tokens + 300
+    assert len(data.valid) >= config.decoding.num_decode_contexts
 
 
 def test_parse_decoder_names():
@@ -204,20 +204,20 @@ def test_quick_profile_end_to_end_writes_a_result_with_provenance(stored):
     assert desc["substitute"] is not None and D.SUBSTITUTE_NAME in desc["splits"]["train"]
     assert desc["num_articles"] == {"train": 24, "valid": 3, "test": 3}  # the fixture's 30 articles, 80/10/10
     assert desc["location"].endswith("fixtures/data/wikitext-2")
-    assert desc["sequences"]["train"]["num_tokens"] <= config.max_train_tokens
-    assert desc["vocabulary"]["size"] == config.vocab_cap + 3
+    assert desc["sequences"]["train"]["num_tokens"] <= config.data.max_train_tokens
+    assert desc["vocabulary"]["size"] == config.data.vocab_cap + 3
     # metrics
     m = data["metrics"]
     assert math.isfinite(m["val_ppl"]) and math.isfinite(m["test_ppl"]) and 1 < m["val_ppl"] < 1e4
     assert m["val_ppl"] == pytest.approx(min(h["val_ppl"] for h in m["history"]), rel=1e-6)
     # decoding: one curve per decoder, consistent with its histogram
-    assert set(data["decoding"]) == set(config.decoders)
+    assert set(data["decoding"]) == set(config.decoding.decoders)
     for name, dec in data["decoding"].items():
         n = dec["num_contexts"]
         if name == "greedy":
-            assert (n, dec["max_len"]) == (config.num_decode_contexts, config.decode_max_len)
+            assert (n, dec["max_len"]) == (config.decoding.num_decode_contexts, config.decoding.decode_max_len)
         else:  # the other decoders may use fewer contexts and a shorter horizon
-            assert (n, dec["max_len"]) == (config.num_decode_contexts_nongreedy, config.decode_max_len_nongreedy)
+            assert (n, dec["max_len"]) == (config.decoding.num_decode_contexts_nongreedy, config.decoding.decode_max_len_nongreedy)
         assert dec["L"][0] == 1 and dec["L"][-1] == dec["max_len"]
         assert all(a >= b for a, b in zip(dec["rnt"], dec["rnt"][1:]))  # r_nt(L) is non-increasing
         hist = dict(zip(dec["length_histogram"]["values"], dec["length_histogram"]["counts"]))
@@ -242,10 +242,10 @@ def test_quick_profile_end_to_end_writes_a_result_with_provenance(stored):
             v for v, c in hist.items() for _ in range(c))
         for i, ex in enumerate(dec["examples"]):
             assert ex["index"] == i and (ex["length"], ex["terminated"]) == (dec["lengths"][i], dec["terminated"][i])
-    assert sum(data["data_length_histogram"]["counts"]) == config.num_decode_contexts
+    assert sum(data["data_length_histogram"]["counts"]) == config.decoding.num_decode_contexts
     # eos probabilities along chosen validation lines
     traces = data["eos_probabilities"]
-    assert len(traces) == config.num_eos_lines
+    assert len(traces) == config.decoding.num_eos_lines
     for tr in traces:
         assert len(tr["p_eos"]) == len(tr["continuation"]) and tr["continuation"][-1] == D.EOS
         lb = [1 - (1 - config.eps) ** t for t in range(1, len(tr["p_eos"]) + 1)]

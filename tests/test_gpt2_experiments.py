@@ -218,15 +218,15 @@ def test_suite_configs_per_profile():
     quick = G.gpt2_suite_configs("quick")
     assert [(c.head, c.eps) for c in quick] == [("va", None), ("st", 1e-2), ("nmst", 1e-2)]
     assert all(c.arch == "gpt2" and c.seed == 0 for c in quick)
-    assert {"beam-2", "beam-4", "ancestral", "top-2", "nucleus-0.4"} <= set(quick[1].decoders)
-    assert {"consistent-top-2", "consistent-nucleus-0.2"} <= set(quick[0].decoders)
+    assert {"beam-2", "beam-4", "ancestral", "top-2", "nucleus-0.4"} <= set(quick[1].decoding.decoders)
+    assert {"consistent-top-2", "consistent-nucleus-0.2"} <= set(quick[0].decoding.decoders)
     cpu = G.gpt2_suite_configs("cpu")
     assert GPT2_CPU_EPS == (1e-4, 5e-4, 2.5e-3)
     assert G.CPU_ST_EPS == (5e-4, 2.5e-3)  # ST at 1e-4 dropped from the cpu suite for time
     assert [(c.head, c.eps) for c in cpu] == ([("va", None)] + [("st", e) for e in G.CPU_ST_EPS]
                                               + [("nmst", e) for e in GPT2_CPU_EPS])
     assert len({c.key for c in cpu}) == 6 and all(c.seed == 0 and c.profile == "cpu" for c in cpu)
-    assert all(c.decode_max_len == 1000 for c in cpu)
+    assert all(c.decoding.decode_max_len == 1000 for c in cpu)
     paper = G.gpt2_suite_configs("paper")
     assert len(paper) == 10 * (1 + 2 * len(PAPER_EPS)) + 1 and paper[-1].eps == G.WELLECK_EPS
     assert {c.seed for c in paper} == set(range(10))
@@ -380,7 +380,7 @@ def test_quick_suite_end_to_end_writes_every_model_with_provenance(quick_gpt2):
         assert "detokenised" in d["data"]["source"]
         assert math.isfinite(d["metrics"]["val_ppl"]) and d["metrics"]["epochs_run"] >= 1
         # every decoder, beam and the consistent variants included, decoded to L = 40
-        assert set(d["decoding"]) == set(config.decoders) >= set(G.TABLE4_DECODERS) | {"greedy", "ancestral"}
+        assert set(d["decoding"]) == set(config.decoding.decoders) >= set(G.TABLE4_DECODERS) | {"greedy", "ancestral"}
         for name, dec in d["decoding"].items():
             assert dec["max_len"] == 40 and len(dec["lengths"]) == dec["num_contexts"] == 16
             assert all(a >= b for a, b in zip(dec["rnt"], dec["rnt"][1:]))

@@ -103,7 +103,7 @@ def test_quick_gpt2_profile_trains_with_the_real_tokenizer(tmp_path):
         run = train(config, checkpoint_dir=tmp_path / "ckpt", data=data, progress=False)
     assert len(data.vocab) == 50257 and data.vocab.eos_id == 50256
     assert data.description["vocabulary"]["size"] == 50257 and data.description["extra"]["detokenized"]
-    assert data.train.num_tokens <= config.max_train_tokens
+    assert data.train.num_tokens <= config.data.max_train_tokens
     model = run.model
     assert isinstance(model, GPT2LM) and model.model.config.n_embd == 32 and model.model.config.n_head == 2
     assert model.vocab_size == 50257 and model.eos_id == 50256
@@ -177,7 +177,7 @@ def test_adamw_groups_exempt_biases_and_layernorm_from_weight_decay(tiny_env, tm
     config = tiny(max_steps=1)
     model = train_module.build_model_for(config, 277)
     groups = train_module.parameter_groups(model, config)
-    assert [g["weight_decay"] for g in groups] == [config.weight_decay, 0.0] and config.weight_decay > 0
+    assert [g["weight_decay"] for g in groups] == [config.training.weight_decay, 0.0] and config.training.weight_decay > 0
     decay, no_decay = groups[0]["params"], groups[1]["params"]
     assert all(p.ndim >= 2 for p in decay) and all(p.ndim < 2 for p in no_decay)
     names = {id(p): n for n, p in model.named_parameters()}
@@ -188,12 +188,12 @@ def test_adamw_groups_exempt_biases_and_layernorm_from_weight_decay(tiny_env, tm
     # the run's optimizer uses them
     train(config, checkpoint_dir=tmp_path, progress=False)
     saved = load_checkpoint(tmp_path / f"{config.key}.safetensors")["optimizer"]["param_groups"]
-    assert [g["weight_decay"] for g in saved] == [config.weight_decay, 0.0]
+    assert [g["weight_decay"] for g in saved] == [config.training.weight_decay, 0.0]
     assert [len(g["params"]) for g in saved] == [len(decay), len(no_decay)]
     # without no_decay_bias_norm: one group, every parameter decayed (Chapter 6)
     rnn = make_config("quick", "lstm", "va")
     one = train_module.parameter_groups(train_module.build_model_for(rnn, 50), rnn)
-    assert len(one) == 1 and one[0]["weight_decay"] == rnn.weight_decay
+    assert len(one) == 1 and one[0]["weight_decay"] == rnn.training.weight_decay
 
 
 def test_linear_schedule_decays_per_optimizer_step(tiny_env, tmp_path):
@@ -211,14 +211,14 @@ def test_linear_schedule_decays_per_optimizer_step(tiny_env, tmp_path):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch.optim.AdamW, "step", spy)
         run = train(config, checkpoint_dir=tmp_path, progress=False)
-    expected = [config.lr * (1 - s / 10) for s in range(5)]
+    expected = [config.training.lr * (1 - s / 10) for s in range(5)]
     assert [lrs[0] for lrs in seen] == pytest.approx(expected) and all(len(set(lrs)) == 1 for lrs in seen)
     assert run.history[-1]["lr"] == pytest.approx(expected[-1])
     assert run.optimizer_steps == 5 and run.epochs_run == 1  # max_steps ended the epoch early
     # default horizon: max_epochs x steps per epoch, so the lr reaches 0 at the end of the last epoch
     full = tiny(max_epochs=2)
     horizon = train_module._decay_horizon(full, prepare_data(full))
-    batches = D.bucket_batches(prepare_data(full).train.lengths, full.batch_size, max_tokens=full.max_batch_tokens,
+    batches = D.bucket_batches(prepare_data(full).train.lengths, full.training.batch_size, max_tokens=full.training.max_batch_tokens,
                                shuffle=True, generator=D.epoch_generator(0, 0))
     assert horizon == 2 * len(batches)
 
@@ -260,20 +260,20 @@ def test_grad_accum_2_with_half_batches_equals_one_full_batch(tiny_env, tmp_path
 
 def test_gpt2_profiles_follow_the_contract():
     quick = make_config("quick", "gpt2", "nmst", 5e-4)
-    assert (quick.hidden, quick.layers, quick.attn_heads, quick.dropout) == (32, 2, 2, 0.0)
-    assert (quick.lr_schedule, quick.no_decay_bias_norm, quick.vocab_cap) == ("linear", True, None)
+    assert (quick.model.hidden, quick.model.layers, quick.gpt2.attn_heads, quick.model.dropout) == (32, 2, 2, 0.0)
+    assert (quick.training.lr_schedule, quick.training.no_decay_bias_norm, quick.data.vocab_cap) == ("linear", True, None)
     cpu = make_config("cpu", "gpt2", "nmst", 5e-4)
-    assert (cpu.hidden, cpu.layers, cpu.attn_heads, cpu.pretrained, cpu.dataset) == (128, 2, 4, None, "wikitext-2")
-    assert (cpu.lr, cpu.betas, cpu.weight_decay, cpu.clip, cpu.max_batch_tokens) == (1e-3, (0.9, 0.99), 0.01, 1.0, 2048)
-    assert (cpu.decode_max_len, cpu.num_decode_contexts, cpu.num_decode_contexts_nongreedy) == (1000, 128, 64)
-    assert "beam-4" in cpu.decoders and "nucleus-0.2" in cpu.decoders  # featured eps 5e-4
-    assert make_config("cpu", "gpt2", "st", 2.5e-3).decoders == ("greedy",)
-    assert "consistent-top-2" in make_config("cpu", "gpt2", "va").decoders
+    assert (cpu.model.hidden, cpu.model.layers, cpu.gpt2.attn_heads, cpu.gpt2.pretrained, cpu.data.dataset) == (128, 2, 4, None, "wikitext-2")
+    assert (cpu.training.lr, cpu.training.betas, cpu.training.weight_decay, cpu.training.clip, cpu.training.max_batch_tokens) == (1e-3, (0.9, 0.99), 0.01, 1.0, 2048)
+    assert (cpu.decoding.decode_max_len, cpu.decoding.num_decode_contexts, cpu.decoding.num_decode_contexts_nongreedy) == (1000, 128, 64)
+    assert "beam-4" in cpu.decoding.decoders and "nucleus-0.2" in cpu.decoding.decoders  # featured eps 5e-4
+    assert make_config("cpu", "gpt2", "st", 2.5e-3).decoding.decoders == ("greedy",)
+    assert "consistent-top-2" in make_config("cpu", "gpt2", "va").decoding.decoders
     paper = make_config("paper", "gpt2", "nmst", 1e-5)
-    assert (paper.pretrained, paper.dataset, paper.lr, paper.lr_decay_steps, paper.max_steps) == (
+    assert (paper.gpt2.pretrained, paper.data.dataset, paper.training.lr, paper.training.lr_decay_steps, paper.training.max_steps) == (
         "gpt2", "wikitext-103", 5e-5, 500_000, 300_000)
-    assert (paper.max_batch_tokens, paper.grad_accum, paper.decode_max_len, paper.attn_heads) == (1024, 1, 1000, None)
-    assert "top-4" in paper.decoders and default_decoders("paper", "nmst", 1e-4, arch="gpt2") == ("greedy",)
+    assert (paper.training.max_batch_tokens, paper.training.grad_accum, paper.decoding.decode_max_len, paper.gpt2.attn_heads) == (1024, 1, 1000, None)
+    assert "top-4" in paper.decoding.decoders and default_decoders("paper", "nmst", 1e-4, arch="gpt2") == ("greedy",)
     assert GPT2_CPU_EPS == (1e-4, 5e-4, 2.5e-3)
     assert quick.key == "quick-gpt2-nmst-eps5e-4-seed0"
 
@@ -301,7 +301,7 @@ def test_gpt2_profiles_follow_the_contract():
 def test_bad_gpt2_configs_say_what_is_allowed(changes, match):
     base = make_config("quick", "gpt2", "va")
     with pytest.raises((ValueError, TypeError), match=match):
-        validate_config(ExperimentConfig(**{**base.__dict__, **changes}))
+        validate_config(ExperimentConfig.from_flat(**{**base.flat_dict(), **changes}))
 
 
 def test_new_fields_leave_chapter_6_and_8_hashes_unchanged():

@@ -25,12 +25,12 @@ def test_a_pending_result_is_the_stamped_result_of_its_config(path):
     config = config_from_dict(data["config"])
     assert data["config_hash"] == config_hash(config)
     assert data["key"] == config.key == path.stem
-    assert config.vocab_kind == "bpe" and config.profile == "cpu"
+    assert config.data.vocab_kind == "bpe" and config.profile == "cpu"
     if "measuring" not in path.parts:  # the recipe the plan states (scripts/converge_cpu.sh)
-        assert config.drop_unk and config.min_improvement == 0.005 and config.patience == 2
+        assert config.data.drop_unk and config.training.min_improvement == 0.005 and config.training.patience == 2
     prov = data["provenance"]
     assert prov["git_dirty"] is False and len(prov["git_sha"]) == 40
     metrics = data["metrics"]
-    assert metrics["epochs_run"] == len(metrics["history"]) <= config.max_epochs
+    assert metrics["epochs_run"] == len(metrics["history"]) <= config.training.max_epochs
     best = min(metrics["history"], key=lambda h: h["val_ppl"])
     assert best["epoch"] == metrics["best_epoch"]

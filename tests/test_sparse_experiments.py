@@ -78,7 +78,7 @@ def test_bad_entmax_configs_are_rejected_with_what_to_change(kwargs, match):
     fields = dict(profile="quick", arch="lstm")
     fields.update(kwargs)
     with pytest.raises((ValueError, TypeError), match=match):
-        validate_config(ExperimentConfig(**fields))
+        validate_config(ExperimentConfig.from_flat(**fields))
 
 
 def test_keys_and_labels_name_alpha_and_hashes_see_it():
@@ -185,11 +185,11 @@ def test_sparse_suite_configs_follow_the_brief():
     assert all(not any(d.startswith("entmax-") for d in c.decoders) for c in configs[1:])
     for c in configs:
         m = c.model
-        assert (m.hidden, m.layers, m.vocab_cap, m.max_epochs, m.lr) == (128, 2, 5000, 4, 2e-3)
-        assert m.decoders[:2] == ("greedy", "ancestral") and m.decode_max_len == 10_000
-        assert m.num_decode_contexts == 64 and c.eval_split == "test"
+        assert (m.model.hidden, m.model.layers, m.data.vocab_cap, m.training.max_epochs, m.training.lr) == (128, 2, 5000, 4, 2e-3)
+        assert m.decoding.decoders[:2] == ("greedy", "ancestral") and m.decoding.decode_max_len == 10_000
+        assert m.decoding.num_decode_contexts == 64 and c.eval_split == "test"
     assert configs[0].explorer_contexts == 6 and all(c.explorer_contexts == 0 for c in configs[1:])
-    assert va.model.decoders == ("greedy", "ancestral", "entmax-1.5")  # a sparse decoder of a softmax model
+    assert va.model.decoding.decoders == ("greedy", "ancestral", "entmax-1.5")  # a sparse decoder of a softmax model
     d = configs[2].to_dict()
     assert sparse.sparse_config_from_dict(json.loads(json.dumps(d))) == configs[2]
     with pytest.raises(ValueError, match="no per-step distribution"):
@@ -218,7 +218,7 @@ def test_quick_suite_writes_every_model_with_provenance(quick_suite):
             assert m["selection"] == "val_ppl" or (m["val_ppl"] is None and math.isfinite(m["val_loss"]))
         assert set(d["teacher_forced"]["decoders"]) == set(config.decoders)
         assert set(d["distinct"]) == set(config.distinct_decoders)
-        assert set(d["decoding"]) == set(config.model.decoders) >= {"greedy", "ancestral"}
+        assert set(d["decoding"]) == set(config.model.decoding.decoders) >= {"greedy", "ancestral"}
         assert not list((base / "results" / "sparse").glob(".*partial*"))  # cleaned up
 
 

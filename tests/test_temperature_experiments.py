@@ -27,6 +27,7 @@ from nmst_lib.experiments import (
     train,
     training_hash,
 )
+from nmst_lib.experiments.config_sections import TemperatureOptions
 from nmst_lib.experiments.results import StoredResult
 from nmst_lib.experiments.runs import decoding_context_indices
 from nmst_lib.experiments.trainer import build_model_for, prepare_data
@@ -100,14 +101,15 @@ def test_contextual_temperature_keys_follow_the_contract(fields, key):
 
 def test_validation_fills_the_normalisation_defaults_and_to_dict_keeps_them():
     c = make_config("cpu", "lstm", "va", temperature="SIGMOID")
-    assert (c.temperature, c.temperature_a, c.temperature_b, c.temperature_rank) == ("sigmoid", 1.0, 0.5, 64)
-    assert c.temperature_lambda is None
+    t = c.temperature
+    assert (t.normalisation, t.a, t.b, t.rank) == ("sigmoid", 1.0, 0.5, 64)
+    assert t.lam is None
     d = c.to_dict()
     assert d["temperature"] == "sigmoid" and d["temperature_rank"] == 64 and "loss_scaling" not in d
     assert config_from_dict(d) == c and config_hash(config_from_dict(d)) == config_hash(c)
     p = make_config("cpu", "lstm", "va", temperature="power-tanh")
-    assert (p.temperature_lambda, p.temperature_a, p.temperature_b) == (4.0, None, None)
-    assert make_config("cpu", "lstm", "va", temperature="shifted-tanh").temperature_lambda == 3.0
+    assert (p.temperature.lam, p.temperature.a, p.temperature.b) == (4.0, None, None)
+    assert make_config("cpu", "lstm", "va", temperature="shifted-tanh").temperature.lam == 3.0
     assert c.label == "CT-VA+LSTM (sigmoid a=1 b=0.5, no LS)"
     assert make_config("cpu", "lstm", "va", mixtures=3).label == "MoS+LSTM (M=3)"
 
@@ -469,7 +471,7 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature():
         "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed0",
         "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed1", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed2"]
     # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
-    assert [c.model.detach_loss_scale for c in configs] == [True, True, False, False, True, True, True, False, True,
+    assert [c.model.value("detach_loss_scale") for c in configs] == [True, True, False, False, True, True, True, False, True,
                                                             True, True, True]
     ch6 = make_config("cpu", "lstm", "va").to_dict()
     for c in configs:
@@ -477,7 +479,7 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature():
         for k in set(ch6) - {"decoders", "head", "eps", "seed"}:
             assert d[k] == ch6[k], (c.key, k)
         featured = (configs[0].key, configs[1].key, configs[3].key, configs[9].key)
-        assert c.model.decoders == (T.CT_DECODERS if c.key in featured else ("greedy",))
+        assert c.model.decoding.decoders == (T.CT_DECODERS if c.key in featured else ("greedy",))
     assert [c.key for c in T.baseline_configs("cpu")] == [
         "cpu-lstm-va-seed0", "cpu-lstm-va-seed1", "cpu-lstm-va-seed2",
         "cpu-lstm-nmst-eps5e-4-seed0", "cpu-lstm-nmst-eps5e-4-seed1", "cpu-lstm-nmst-eps5e-4-seed2"]
@@ -523,7 +525,7 @@ def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
             assert k in prov, k
         assert prov["command"] == "python -m nmst_lib " + " ".join(argv)
         assert d["data"]["sequences"]["train"]["num_tokens"] > 0 and d["seeds"]["torch"] == 0
-        assert list(d["decoding"]) == list(c.model.decoders)
+        assert list(d["decoding"]) == list(c.model.decoding.decoders)
         assert d["metrics"]["val_ppl"] > 1 and d["model"]["training_hash"] == training_hash(c.model)
     assert cli.main(argv) == 0  # everything current: skipped
     assert capsys.readouterr().out.count("current, skipped") == 10
@@ -596,11 +598,12 @@ def test_results_store_status(quick_suite, tmp_path):
 def _fake(config, val, test, params=1000, decoding=None, loss_scaling=None):
     """A minimal CT result dict in the stored layout."""
     m = config.model
+    t = m.temperature or TemperatureOptions()
     return {"schema": T.TEMPERATURE_RESULT_SCHEMA, "key": config.key, "config": config.to_dict(),
-            "model": {"label": config.label, "head": m.head, "eps": m.eps, "temperature": m.temperature,
-                      "a": m.temperature_a, "b": m.temperature_b, "lambda": m.temperature_lambda,
-                      "rank": m.temperature_rank, "mixtures": m.mixtures, "loss_scaling": m.loss_scaling,
-                      "detach_loss_scale": m.detach_loss_scale, "range": [2.0, 4.0]},
+            "model": {"label": config.label, "head": m.head, "eps": m.eps, "temperature": t.normalisation,
+                      "a": t.a, "b": t.b, "lambda": t.lam, "rank": t.rank, "mixtures": t.mixtures,
+                      "loss_scaling": t.loss_scaling, "detach_loss_scale": t.detach_loss_scale,
+                      "range": [2.0, 4.0]},
             "metrics": {"val_ppl": val, "test_ppl": test, "num_parameters": params},
             "decoding": decoding or {}}
 

@@ -4,7 +4,8 @@
 ``gpt2`` (Chapter 7, 07_gpt2; Sec. 4.2 and Welleck et al. (2020) Sec. 5.3; :mod:`.gpt2`),
 ``sparse`` (Chapter 8, 08_sparse; Martins et al. (2020) Sec. 5.1; :mod:`.sparse`) and
 ``temperature`` (Chapter 9, 09_temperature; Contextual Temperature (2020) Sec. 4;
-:mod:`.temperature_suite`, its analyses in :mod:`.temperature_analysis`). Beside them: configs and profiles (:mod:`.config`), the one training
+:mod:`.temperature_suite`, its analyses in :mod:`.temperature_analysis`). Beside them: configs and profiles (:mod:`.config`; their typed sections in
+:mod:`.config_sections`, decoder names in :mod:`.decoder_names`), the one training
 loop (:mod:`.trainer`) with its checkpoints (:mod:`.checkpoints`) and data parallelism
 (:mod:`.distributed`), the results store (:mod:`.results`), and what a reader can do with the
 results: where they come from, retraining, a time estimate (:mod:`.choices`).
@@ -28,6 +29,15 @@ from .config import (
     training_hash,
     parse_decoder,
     validate_config,
+)
+from .config_sections import (
+    FIELD_SECTIONS,
+    DataOptions,
+    DecodingOptions,
+    GPT2Options,
+    ModelOptions,
+    TemperatureOptions,
+    TrainingOptions,
 )
 from .family import (
     Family,
@@ -97,6 +107,8 @@ from .trainer import (
 __all__ = [
     "ALL_DECODERS", "CPU_EPS", "PAPER_EPS", "PROFILES", "DecoderSpec", "ExperimentConfig", "config_from_dict",
     "config_hash", "default_decoders", "training_hash", "make_config", "parse_decoder", "validate_config",
+    "FIELD_SECTIONS", "DataOptions", "DecodingOptions", "GPT2Options", "ModelOptions", "TemperatureOptions",
+    "TrainingOptions",
     "CURRENT", "MISSING", "STALE", "StoredResult", "load_result", "result_path", "save_result",
     "default_results_dir", "published_results_dir",
     "Family", "family_names", "get_family", "register", "run_family_suite", "select_configs", "scratch_folder", "train_here",

@@ -237,13 +237,13 @@ def _measure(config: ExperimentConfig, vocab: int, seq_len: int, decode_rows: in
 
     gen = torch.Generator().manual_seed(0)
     model = build_model_for(config, vocab).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
-                                  weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.training.lr, betas=config.training.betas,
+                                  weight_decay=config.training.weight_decay)
     scaler = torch.amp.GradScaler(device.type) if autocast_dtype(device) == torch.float16 else None
-    inputs = torch.randint(0, vocab - 1, (config.batch_size, seq_len), generator=gen).to(device)
-    targets = torch.randint(0, vocab, (config.batch_size, seq_len), generator=gen).to(device)
-    mask = torch.zeros(config.batch_size, seq_len, dtype=torch.bool, device=device)
-    mask[:, : config.context_len - 1] = True
+    inputs = torch.randint(0, vocab - 1, (config.training.batch_size, seq_len), generator=gen).to(device)
+    targets = torch.randint(0, vocab, (config.training.batch_size, seq_len), generator=gen).to(device)
+    mask = torch.zeros(config.training.batch_size, seq_len, dtype=torch.bool, device=device)
+    mask[:, : config.data.context_len - 1] = True
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
@@ -255,7 +255,7 @@ def _measure(config: ExperimentConfig, vocab: int, seq_len: int, decode_rows: in
             scaler.unscale_(optimizer)
         else:
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), config.training.clip)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
@@ -269,12 +269,12 @@ def _measure(config: ExperimentConfig, vocab: int, seq_len: int, decode_rows: in
     for _ in range(train_steps):
         train_step()
     _sync(device)
-    tokens_per_second = train_steps * config.batch_size * seq_len / (time.perf_counter() - start)
+    tokens_per_second = train_steps * config.training.batch_size * seq_len / (time.perf_counter() - start)
 
     # Greedy steps through the decoding protocol (model.step + argmax), every row kept alive: a
     # random model may pick eos at once, and decode() would then stop before the steps are timed.
     model.eval()
-    contexts = torch.randint(0, vocab - 1, (decode_rows, config.context_len), generator=gen).to(device)
+    contexts = torch.randint(0, vocab - 1, (decode_rows, config.data.context_len), generator=gen).to(device)
     with torch.no_grad():
         state, log_probs = model.initial_state(contexts)
         state, log_probs = model.step(state, log_probs.argmax(-1))  # warm-up
@@ -358,8 +358,8 @@ def _speeds(configs, sizes: dict, rate: float, measure: bool, device, train_step
     for c in configs:
         if c.arch in speeds:
             continue
-        rows = min(c.num_decode_contexts or sizes["n_valid"] or 1, c.decode_batch_size)
-        macs = _macs_per_token(c.arch, c.hidden, c.layers, sizes["vocab"])
+        rows = min(c.decoding.num_decode_contexts or sizes["n_valid"] or 1, c.decoding.decode_batch_size)
+        macs = _macs_per_token(c.arch, c.model.hidden, c.model.layers, sizes["vocab"])
         if measure:
             ref = c.replace(head="nmst", eps=c.eps or 1e-4, decoders=("greedy",))
             tps, step = _measure(ref, sizes["vocab"], sizes["seq_len"], rows, device, train_steps, decode_steps)
@@ -374,12 +374,13 @@ def _decode_seconds(c: ExperimentConfig, speed: tuple, committed, n_valid) -> tu
     steps a batch runs (see the module docstring) x the time of a step."""
     _, step, ref_rows = speed
     d_lo = d_hi = 0.0
-    for name in c.decoders:
+    d = c.decoding
+    for name in d.decoders:
         spec = parse_decoder(name)
         greedy = name == "greedy"
-        n_ctx = (c.num_decode_contexts if greedy else (c.num_decode_contexts_nongreedy or c.num_decode_contexts))
+        n_ctx = d.num_decode_contexts if greedy else (d.num_decode_contexts_nongreedy or d.num_decode_contexts)
         n_ctx = n_ctx or n_valid or 1
-        L = c.decode_max_len if greedy else (c.decode_max_len_nongreedy or c.decode_max_len)
+        L = d.decode_max_len if greedy else (d.decode_max_len_nongreedy or d.decode_max_len)
         beam = spec.beam_size or 1
         if c.head == "va":
             cap = L
@@ -391,8 +392,8 @@ def _decode_seconds(c: ExperimentConfig, speed: tuple, committed, n_valid) -> tu
         else:
             proxy = _proxy_steps(committed, c, name)
             low = cap if proxy is None else min(cap, proxy)
-        batches = math.ceil(n_ctx / c.decode_batch_size)
-        rows = min(n_ctx, c.decode_batch_size) * beam
+        batches = math.ceil(n_ctx / c.decoding.decode_batch_size)
+        rows = min(n_ctx, c.decoding.decode_batch_size) * beam
         step_time = step * rows / ref_rows * (BEAM_OVERHEAD if spec.method == "beam" else 1.0)
         d_lo += batches * low * step_time
         d_hi += batches * cap * step_time
@@ -406,7 +407,7 @@ def _derivation(configs, sizes: dict, speeds: dict, rate: float, measure: bool, 
                             f"at {rows} rows" for a, (tps, step, rows) in speeds.items())
     if measure:
         how = (f"Throughputs measured on {_device_words(device)}: {train_steps} training steps (batch "
-               f"{configs[0].batch_size} x {sizes['seq_len']} random tokens, the NMST layer, AdamW, mixed precision "
+               f"{configs[0].training.batch_size} x {sizes['seq_len']} random tokens, the NMST layer, AdamW, mixed precision "
                f"on CUDA) and {decode_steps} greedy steps of each architecture at the profile's sizes "
                f"({speed_words}).")
     else:
@@ -415,8 +416,8 @@ def _derivation(configs, sizes: dict, speeds: dict, rate: float, measure: bool, 
                f"size here is converted by its multiply-adds per token ({speed_words}). A GPU, or more "
                f"threads, is faster; pass measure=True to time this device.")
     return (
-        f"{how} Data: {sizes['words']}. Training: between {min(c.patience + 1 for c in configs)} epochs (the "
-        f"earliest early stop) and {max(c.max_epochs for c in configs)} epochs per run, each a pass over the "
+        f"{how} Data: {sizes['words']}. Training: between {min(c.training.patience + 1 for c in configs)} epochs (the "
+        f"earliest early stop) and {max(c.training.max_epochs for c in configs)} epochs per run, each a pass over the "
         f"training tokens plus a forward pass over the validation tokens (a third of a training token each). "
         f"Decoding: for every decoder, the batches of contexts x the steps a batch runs (low: the longest "
         f"continuation of the matching committed cpu run, or the cap when some continuation there never stopped; "
@@ -472,7 +473,7 @@ def estimate_profile_time(profile: str = "paper", device=None, *, measure: bool 
     for c in configs:
         tps = speeds[c.arch][0]
         epoch = sizes["train_tokens"] / tps + sizes["valid_tokens"] / (3 * tps)
-        t_lo, t_hi = min(c.max_epochs, c.patience + 1) * epoch, c.max_epochs * epoch
+        t_lo, t_hi = min(c.training.max_epochs, c.training.patience + 1) * epoch, c.training.max_epochs * epoch
         d_lo, d_hi = _decode_seconds(c, speeds[c.arch], committed, sizes["n_valid"])
         per_run[c.key] = (t_lo + d_lo, t_hi + d_hi)
         train_total[0] += t_lo

@@ -1,77 +1,102 @@
-"""Experiment configurations and the three profiles (``quick``, ``cpu``, ``paper``) of the
-WikiText-2 experiments of Chapter 6 (06_wikitext), after Choi, Cho, Lee (2023) Sec. 4.1 and
-App. D, F, G, and of the GPT-2 fine-tuning experiments of Chapter 7 (07_gpt2), after Choi, Cho,
-Lee (2023) Sec. 4.2 and App. D and Welleck et al. (2020) Sec. 5.3 (``arch="gpt2"``), and the
-contextual-temperature and mixture-of-softmaxes output layers of Chapter 9 (09_temperature;
-Contextual Temperature (2020) Sec. 3, eq. 5-7: the ``temperature*``, ``loss_scaling`` and
-``mixtures`` fields).
+"""Experiment configurations and the three profiles (``quick``, ``cpu``,
+``paper``) of the WikiText-2 experiments of Chapter 6 (06_wikitext), after
+Choi, Cho, Lee (2023) Sec. 4.1 and App. D, F, G, and of the GPT-2 fine-tuning
+experiments of Chapter 7 (07_gpt2), after Choi, Cho, Lee (2023) Sec. 4.2 and
+App. D and Welleck et al. (2020) Sec. 5.3 (``arch="gpt2"``), and the
+contextual-temperature and mixture-of-softmaxes output layers of Chapter 9
+(09_temperature; Contextual Temperature (2020) Sec. 3, eq. 5-7: the
+``temperature*``, ``loss_scaling`` and ``mixtures`` fields).
 
-A config is a frozen dataclass; everything that can change a number in a result is a field,
-so its hash (:func:`config_hash`) identifies the result. Runtime choices that cannot change
-the numbers (progress bars, checkpoint frequency, output folders) are not fields.
+A config is a frozen dataclass; everything that can change a number in a result
+is in it, so its hash (:func:`config_hash`) identifies the result. Runtime
+choices that cannot change the numbers (progress bars, checkpoint frequency,
+output folders) are not in it. Its options live in typed sections, one per
+family of options (:mod:`.config_sections`: data, model, training, decoding,
+and the GPT-2 and Chapter 9 sections that only those families have), named by
+one flat vocabulary (:data:`FIELD_SECTIONS`) in results' JSON, ``--set`` and
+:func:`make_config`.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
-import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
-from .._validation import check_eps, check_positive_int
+from .._validation import check_eps
+from .config_sections import (
+    DATASETS,
+    FIELD_SECTIONS,
+    LR_SCHEDULES,
+    SECTION_TYPES,
+    VOCAB_KINDS,
+    DataOptions,
+    DecodingOptions,
+    GPT2Options,
+    ModelOptions,
+    TemperatureOptions,
+    TrainingOptions,
+    check_number,
+    validate_data,
+    validate_decoding,
+    validate_gpt2,
+    validate_model,
+    validate_temperature,
+    validate_training,
+)
+from .decoder_names import (
+    ALL_DECODERS,
+    GREEDY_ONLY,
+    VA_CONSISTENT_DECODERS,
+    DecoderSpec,
+    parse_decoder,
+)
 
 __all__ = [
-    "canonical_hash",
-    "PROFILES",
-    "VOCAB_KINDS",
     "ARCHS",
-    "HEADS",
-    "NLL_HEADS",
-    "SPARSE_HEADS",
-    "EPS_HEADS",
-    "PAPER_EPS",
     "CPU_EPS",
+    "DECODING_FIELDS",
+    "EPS_HEADS",
+    "FEATURED_EPS",
     "GPT2_CPU_EPS",
     "GPT2_FEATURED_EPS",
-    "DATASETS",
-    "LR_SCHEDULES",
     "GPT2_MAX_POSITIONS",
-    "GREEDY_ONLY",
-    "ALL_DECODERS",
-    "VA_CONSISTENT_DECODERS",
+    "HEADS",
+    "NLL_HEADS",
+    "PAPER_EPS",
+    "PROFILES",
     "SCHEMA_VERSION",
+    "SPARSE_HEADS",
     "ExperimentConfig",
-    "DecoderSpec",
-    "parse_decoder",
-    "normalise_head",
-    "validate_config",
-    "config_hash",
-    "training_hash",
-    "DECODING_FIELDS",
-    "FEATURED_EPS",
-    "default_decoders",
+    "canonical_hash",
     "config_from_dict",
+    "config_hash",
+    "default_decoders",
     "make_config",
+    "normalise_head",
+    "training_hash",
+    "validate_config",
 ]
+
+# Re-exported for the import paths of earlier versions (their own modules
+# document them).
+_REEXPORTED = (
+    DATASETS, FIELD_SECTIONS, LR_SCHEDULES, VOCAB_KINDS, ALL_DECODERS,
+    GREEDY_ONLY, VA_CONSISTENT_DECODERS, DecoderSpec, parse_decoder,
+    DataOptions, DecodingOptions, GPT2Options, ModelOptions,
+    TemperatureOptions, TrainingOptions,
+)
 
 SCHEMA_VERSION = 1
 """Bump when the training or evaluation code changes what a config's numbers mean: every
 stored result then becomes STALE."""
 
 PROFILES = ("quick", "cpu", "paper")
-VOCAB_KINDS = ("word", "bpe")
-"""Vocabularies of the RNN/LSTM experiments: whitespace words, or BPE pieces learned on the
-training split (Chapter 6, "The data")."""
 ARCHS = ("rnn", "lstm", "gpt2")
 """Model families: tanh RNN and LSTM (Chapter 6, 06_wikitext; Chapter 8, 08_sparse) and GPT-2
 (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2)."""
-DATASETS = ("wikitext-2", "wikitext-103")
-"""Corpora: WikiText-2 (every arch) and WikiText-103 (GPT-2 only; Choi, Cho, Lee (2023) Sec. 4.2)."""
-LR_SCHEDULES = ("plateau", "linear")
-"""``plateau``: multiply the lr by ``lr_decay`` after an epoch without validation improvement
-(Choi, Cho, Lee (2023) App. D, Chapter 6); ``linear``: lr * max(0, 1 - step / lr_decay_steps) per
-optimizer step (GPT-2 fine-tuning, App. D; Chapter 7, 07_gpt2)."""
 GPT2_MAX_POSITIONS = 1024
 """GPT-2's context window: context + continuation must fit in it (Radford et al. 2019)."""
 HEADS = ("va", "st", "nmst", "entmax", "nmst-entmax")
@@ -100,94 +125,6 @@ GPT2_FEATURED_EPS = {"quick": 1e-2, "cpu": 5e-4, "paper": 1e-5}
 """The eps whose GPT-2 ST/NMST models get every decoder (Choi, Cho, Lee (2023) Table 4 uses 1e-5;
 Chapter 7, 07_gpt2); the same values as :data:`FEATURED_EPS`."""
 
-GREEDY_ONLY = ("greedy",)
-ALL_DECODERS = ("greedy", "ancestral", "top-2", "top-4", "nucleus-0.2", "nucleus-0.4", "beam-2", "beam-4")
-"""The decoders of Choi, Cho, Lee (2023) Fig. 2 and App. F (plus ancestral sampling)."""
-VA_CONSISTENT_DECODERS = ("consistent-top-2", "consistent-nucleus-0.2")
-"""Consistent top-k / nucleus (Welleck et al. 2020, Defs. 4.1-4.2), run on VA models."""
-
-
-@dataclass(frozen=True)
-class DecoderSpec:
-    """A decoder name parsed into the arguments of :func:`nmst_lib.decoding.decode`."""
-
-    name: str
-    method: str
-    k: int | None = None
-    p: float | None = None
-    beam_size: int | None = None
-    consistent: bool = False
-    sampling: bool = False
-    alpha: float | None = None
-    temperature: float | None = None
-
-    def decode_kwargs(self) -> dict:
-        """Keyword arguments for :func:`nmst_lib.decoding.decode` (besides ``max_len``)."""
-        kw = {"consistent": self.consistent} if self.consistent else {}
-        for key in ("k", "p", "beam_size", "alpha", "temperature"):
-            if getattr(self, key) is not None:
-                kw[key] = getattr(self, key)
-        return kw
-
-
-_DECODER_RE = re.compile(r"^(consistent-)?(greedy|ancestral|top-(\d+)|nucleus-([0-9.]+)|beam-(\d+)"
-                         r"|entmax-([0-9.]+)|temperature-([0-9.]+))$")
-
-
-def _decoder_number(text: str, name: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"decoder {name!r}: {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ValueError(f"decoder {name!r}: the number must be finite, got {text!r}")
-    return value
-
-
-def parse_decoder(name: str) -> DecoderSpec:
-    """Parse ``greedy``, ``ancestral``, ``top-K``, ``nucleus-P``, ``beam-B``, and
-    ``consistent-top-K`` / ``consistent-nucleus-P`` (Welleck et al. 2020, Defs. 2.5-2.8, 4.1,
-    4.2, A.2; Chapter 1, 01_decoding, and Chapter 3, 03_consistent_sampling), plus the decoders
-    of Martins et al. (2020) Sec. 3 and 5.1 (Chapter 8, 08_sparse): ``entmax-A`` (entmax
-    sampling, eq. 7: sample from alpha-entmax of the model's scores, A > 1, e.g. ``entmax-1.5``)
-    and ``temperature-T`` (softmax with temperature, ancestral sampling from softmax(log p / T),
-    T > 0, e.g. ``temperature-0.95``)."""
-    m = _DECODER_RE.match(name) if isinstance(name, str) else None
-    allowed = ("greedy, ancestral, top-K, nucleus-P, beam-B, consistent-top-K, consistent-nucleus-P, entmax-A, "
-               "temperature-T")
-    if m is None:
-        raise ValueError(f"unknown decoder {name!r}: use one of {allowed} (e.g. top-2, nucleus-0.4, beam-4, "
-                         "entmax-1.5, temperature-0.95)")
-    consistent = m.group(1) is not None
-    if m.group(6) is not None:
-        alpha = _decoder_number(m.group(6), name)
-        if not alpha > 1.0:
-            raise ValueError(f"entmax sampling needs alpha > 1, got {alpha} in {name!r} (alpha = 1 is softmax: "
-                             "use 'ancestral')")
-        spec = DecoderSpec(name, "entmax", alpha=alpha, sampling=True)
-    elif m.group(7) is not None:
-        temperature = _decoder_number(m.group(7), name)
-        if not temperature > 0.0:
-            raise ValueError(f"the temperature must be > 0, got {temperature} in {name!r} (use 'greedy' for the "
-                             "limit T -> 0)")
-        spec = DecoderSpec(name, "ancestral", temperature=temperature, sampling=True)
-    elif m.group(3) is not None:
-        spec = DecoderSpec(name, "top-k", k=check_positive_int(int(m.group(3)), "top-k's k"), sampling=True,
-                           consistent=consistent)
-    elif m.group(4) is not None:
-        p = float(m.group(4))
-        if not 0.0 < p <= 1.0:
-            raise ValueError(f"nucleus p must lie in (0, 1], got {p} in {name!r}")
-        spec = DecoderSpec(name, "nucleus", p=p, sampling=True, consistent=consistent)
-    elif m.group(5) is not None:
-        spec = DecoderSpec(name, "beam", beam_size=check_positive_int(int(m.group(5)), "beam size"))
-    else:
-        spec = DecoderSpec(name, m.group(2), sampling=m.group(2) == "ancestral")
-    if consistent and (spec.method not in ("top-k", "nucleus")):
-        raise ValueError(f"'consistent-' applies to top-K and nucleus-P only, got {name!r}")
-    return spec
-
-
 def normalise_head(head: str) -> str:
     """``va``/``vanilla``/``softmax`` -> ``va``; ``st``; ``nmst``; ``entmax``;
     ``nmst-entmax``/``nmst_entmax`` -> ``nmst-entmax`` (case-insensitive)."""
@@ -214,450 +151,466 @@ def _short_eps(eps: float) -> str:
     return repr(eps)
 
 
+def _unknown_fields(unknown) -> ValueError:
+    """The error for flat names outside :data:`FIELD_SECTIONS`: each with its
+    closest known name, then every known name."""
+    hints = []
+    for name in sorted(map(str, unknown)):
+        close = difflib.get_close_matches(name, FIELD_SECTIONS, n=1)
+        hints.append(
+            f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+        )
+    return ValueError(
+        f"unknown config fields [{', '.join(hints)}]; known: "
+        f"{sorted(FIELD_SECTIONS)}"
+    )
+
+
+def _section_kwargs(flat: dict) -> dict:
+    """Flat field values -> the keyword arguments of :class:`ExperimentConfig`
+    (identity fields and sections), routed by :data:`FIELD_SECTIONS`. The
+    ``gpt2`` section is built for arch gpt2 or when one of its fields is not
+    None (on another arch validation then says it does not apply); the
+    ``temperature`` section when one of its fields differs from its default
+    (value or type: ``mixtures=True`` is not 1, and validation refuses it).
+    Unknown names raise ValueError naming the allowed ones."""
+    unknown = set(flat) - set(FIELD_SECTIONS)
+    if unknown:
+        raise _unknown_fields(unknown)
+    kwargs, parts = {}, {name: {} for name in SECTION_TYPES}
+    for name, value in flat.items():
+        section, attr = FIELD_SECTIONS[name]
+        if section is None:
+            kwargs[attr] = value
+        else:
+            parts[section][attr] = value
+    for section, cls in SECTION_TYPES.items():
+        built = cls(**parts[section])
+        optional = section in ("gpt2", "temperature")
+        arch = kwargs.get("arch", "lstm")
+        is_gpt2 = (
+            section == "gpt2"
+            and isinstance(arch, str)
+            and arch.lower() == "gpt2"
+        )
+        kwargs[section] = (
+            None if optional and not is_gpt2 and _all_default(built) else built
+        )
+    return kwargs
+
+
+def _all_default(section) -> bool:
+    """Every field at its default, of the default's type (``mixtures=True`` is
+    not 1)."""
+    default = type(section)()
+    return all(
+        getattr(section, f.name) == getattr(default, f.name)
+        and type(getattr(section, f.name)) is type(getattr(default, f.name))
+        for f in fields(section)
+    )
+
+
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """One WikiText-2 run: data, model, optimisation, decoding (Choi, Cho, Lee (2023)
-    Sec. 4.1, App. D; Chapter 6, 06_wikitext). Build with :func:`make_config` to get a
-    profile's defaults.
+    """One run of Chapters 6-9: who it is (``profile``, ``arch``, ``head``,
+    ``eps``, ``alpha``, ``seed``) and one typed section per family of options
+    (:mod:`nmst_lib.experiments.config_sections`): ``data``
+    (:class:`DataOptions`), ``model`` (:class:`ModelOptions`), ``training``
+    (:class:`TrainingOptions`), ``decoding`` (:class:`DecodingOptions`),
+    ``gpt2`` (:class:`GPT2Options`, Chapter 7 only, None for rnn/lstm) and
+    ``temperature`` (:class:`TemperatureOptions`, Chapter 9 only, None without
+    a contextual temperature or mixture). Build with :func:`make_config` to get
+    a profile's defaults (Choi, Cho, Lee (2023) Sec. 4.1-4.2, App. D; Chapter
+    6, 06_wikitext).
 
-    Data: ``data_source`` (see :func:`nmst_lib.data.load_wikitext2`), ``substitute_seed``,
-    ``context_len`` k, ``vocab_kind`` (``word``: whitespace words; ``bpe``: subword pieces learned on
-    the training split, :func:`nmst_lib.data.learn_subword_vocabulary`), ``vocab_cap`` (word:
-    N most frequent training words + ``<unk>``, None = all; bpe: the number of pieces, specials
-    included, required), ``drop_unk`` (delete the data's own ``<unk>`` markers, WikiText's stand-in
-    for its rare words, from every split before the vocabulary is built, so that a model cannot learn
-    to say ``<unk>``: :func:`nmst_lib.data.drop_unk_markers`; rnn/lstm only),
-    ``max_train_tokens`` (training sequences kept in order until this many tokens; None = all),
-    ``max_eval_tokens`` (the same for the validation and test splits; None = all).
-    Model: ``arch`` (rnn|lstm), ``head`` (va|st|nmst|entmax|nmst-entmax), ``eps`` (ST, NMST and
-    NMST-entmax only), ``alpha`` (entmax and NMST-entmax only: the alpha > 1 of alpha-entmax,
-    Martins et al. (2020) eq. 2; Chapter 8, 08_sparse), ``hidden``, ``layers``, ``dropout`` (tied
-    embeddings, embedding size = hidden).
-    Optimisation: AdamW(``lr``, ``betas``, ``weight_decay``) on the mean of the head's own
-    per-token loss (:meth:`nmst_lib.heads.OutputHead.token_losses`: the negative log-likelihood for
-    va/st/nmst, the entmax loss of Martins et al. (2020) eq. 6 for entmax, its NMST version for
-    nmst-entmax); the learning rate is multiplied by ``lr_decay`` after every epoch whose
-    validation score does not improve (by more than the relative ``min_improvement``, default 0:
-    any improvement counts); training stops after ``patience`` such epochs in a row or
-    ``max_epochs``; the best epoch by validation score is kept. The validation score is the
-    validation mean of the head's own loss: for va/st/nmst that is log perplexity, so the
-    perplexity itself is compared (as in Chapter 6); for entmax heads perplexity can be infinite
-    (a reference word outside the support), so the mean entmax loss is compared; ``batch_size`` sequences (and at most ``max_batch_tokens``
-    padded tokens) per batch, bucketed by length; gradient-norm clipping at ``clip``.
-    Decoding: every name in ``decoders`` (see :func:`parse_decoder`) decodes a fixed set of
-    ``num_decode_contexts`` validation contexts (None = all) once, up to ``decode_max_len``
-    tokens; decoders other than greedy may use fewer contexts (the first
-    ``num_decode_contexts_nongreedy`` of the same set) and a shorter ``decode_max_len_nongreedy``
-    (None = the same as greedy); ``num_eos_lines`` validation lines get per-token eos
-    probabilities.
+    ``arch``: rnn | lstm | gpt2; ``head``: va | st | nmst | entmax |
+    nmst-entmax; ``eps``: ST, NMST and NMST-entmax only; ``alpha``: entmax and
+    NMST-entmax only, the alpha > 1 of alpha-entmax (Martins et al. (2020) eq.
+    2; Chapter 8, 08_sparse).
 
-    GPT-2 (``arch="gpt2"``; Choi, Cho, Lee (2023) Sec. 4.2 and App. D; Chapter 7, 07_gpt2) and
-    the training options it needs, each left out of :meth:`to_dict` (and so of
-    :func:`config_hash`) at its default, so that every Chapter 6 and Chapter 8 config keeps its hash:
-    ``dataset`` (``wikitext-2``, or ``wikitext-103`` for GPT-2 only), ``pretrained`` (GPT-2 only:
-    a Hugging Face name such as ``"gpt2"`` or a ``save_pretrained`` folder; None = a randomly
-    initialised GPT-2 with ``hidden`` = n_embd, ``layers`` = n_layer, ``attn_heads`` = n_head),
-    ``attn_heads`` (GPT-2 from scratch only; divides ``hidden``), ``lr_schedule`` (``plateau``: the
-    lr_decay rule above; ``linear``: lr * max(0, 1 - step / ``lr_decay_steps``) per optimizer step,
-    validation still early-stops), ``lr_decay_steps`` (linear only; None = max_epochs x optimizer
-    steps per epoch), ``max_steps`` (stop after this many optimizer steps), ``grad_accum``
-    (micro-batches per optimizer step; the loss is normalised by the scored tokens of the whole
-    step, so it equals one batch ``grad_accum`` times larger), ``no_decay_bias_norm`` (no weight
-    decay on parameters with fewer than 2 dimensions: biases and LayerNorm). ``vocab_cap`` must be
-    None for GPT-2 (the BPE vocabulary is fixed).
-
-    Chapter 9 (09_temperature; Contextual Temperature (2020) Sec. 3, eq. 5-7), RNN/LSTM with
-    head va, st or nmst only, each left out of :meth:`to_dict` at its default: ``temperature``
-    (the normalisation of a per-token, per-context temperature: ``sigmoid``, ``softmax``,
-    ``power-tanh`` or ``shifted-tanh``; None = none), ``temperature_a``/``temperature_b``
-    (sigmoid/softmax: tau = (sigma(mu) + a) / b, default a = 1, b = 1/2), ``temperature_lambda``
-    (power-tanh: lambda ** tanh(mu), default 4; shifted-tanh: tanh(mu) + lambda, default 3),
-    ``temperature_rank`` (Q of mu = h W1 W2, default ``hidden // 2``), ``loss_scaling`` (multiply
-    each token's NLL by the mean temperature, Sec. 3.3), ``detach_loss_scale`` (with loss_scaling:
-    the factor gets no gradient, a constant weight per position, which is the gradient the paper's
-    softmax normalisation gives; False = the literal eq. 7, whose factor gradient pushes every
-    temperature down) and ``mixtures`` (M > 1: a mixture of M softmaxes, eq. 3 and 6, head va only).
+    One flat vocabulary names every option: :data:`FIELD_SECTIONS` routes
+    ``hidden`` to ``model.hidden``, ``temperature`` to
+    ``temperature.normalisation`` and so on. It is the vocabulary of
+    :meth:`to_dict` (results' JSON and their hashes), :meth:`replace`,
+    :func:`make_config` and ``--set``; attributes are read through the sections
+    (``config.model.hidden``).
     """
 
     profile: str = "quick"
     arch: str = "lstm"
     head: str = "va"
     eps: float | None = None
-    seed: int = 0
     alpha: float | None = None
-    # data
-    data_source: str = "auto"
-    substitute_seed: int = 0
-    context_len: int = 10
-    vocab_cap: int | None = None
-    vocab_kind: str = "word"
-    drop_unk: bool = False
-    max_train_tokens: int | None = None
-    max_eval_tokens: int | None = None
-    # model
-    hidden: int = 256
-    layers: int = 2
-    dropout: float = 0.3
-    # optimisation
-    lr: float = 1e-3
-    betas: tuple[float, float] = (0.9, 0.99)
-    weight_decay: float = 0.01
-    lr_decay: float = 0.5
-    max_epochs: int = 70
-    patience: int = 10
-    min_improvement: float = 0.0
-    batch_size: int = 32
-    max_batch_tokens: int | None = None
-    clip: float = 1.0
-    # decoding
-    decoders: tuple[str, ...] = GREEDY_ONLY
-    decode_max_len: int = 1000
-    decode_max_len_nongreedy: int | None = None
-    num_decode_contexts: int | None = None
-    num_decode_contexts_nongreedy: int | None = None
-    decode_batch_size: int = 512
-    num_eos_lines: int = 4
-    # Chapter 7 (07_gpt2): left out of to_dict at these defaults (see _OMITTED_AT_DEFAULT)
-    dataset: str = "wikitext-2"
-    pretrained: str | None = None
-    attn_heads: int | None = None
-    lr_schedule: str = "plateau"
-    lr_decay_steps: int | None = None
-    max_steps: int | None = None
-    grad_accum: int = 1
-    no_decay_bias_norm: bool = False
-    # Chapter 9 (09_temperature): left out of to_dict at these defaults (see _OMITTED_AT_DEFAULT)
-    temperature: str | None = None
-    temperature_a: float | None = None
-    temperature_b: float | None = None
-    temperature_lambda: float | None = None
-    temperature_rank: int | None = None
-    loss_scaling: bool = False
-    mixtures: int = 1
-    detach_loss_scale: bool = False
+    seed: int = 0
+    data: DataOptions = field(default_factory=DataOptions)
+    model: ModelOptions = field(default_factory=ModelOptions)
+    training: TrainingOptions = field(default_factory=TrainingOptions)
+    decoding: DecodingOptions = field(default_factory=DecodingOptions)
+    gpt2: GPT2Options | None = None
+    temperature: TemperatureOptions | None = None
+
+    @classmethod
+    def from_flat(cls, **flat) -> ExperimentConfig:
+        """An unvalidated config from flat field names
+        (:data:`FIELD_SECTIONS`); fields not given keep the sections' defaults.
+        """
+        return cls(**_section_kwargs(flat))
 
     @property
     def key(self) -> str:
-        """File-name key: profile, arch, head, eps, alpha, seed (the identity of a run in a suite),
-        e.g. ``cpu-lstm-nmst-eps5e-4-seed0``, ``cpu-lstm-entmax-a1.5-seed0``,
-        ``cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0``; eps with as many digits as it needs
-        (``cpu-gpt2-st-eps2.5e-3-seed0``, not ``eps3e-3``)."""
-        eps = "" if self.eps is None else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
+        """File-name key: profile, arch, head, eps, alpha, seed (the identity
+        of a run in a suite), e.g. ``cpu-lstm-nmst-eps5e-4-seed0``,
+        ``cpu-lstm-entmax-a1.5-seed0``,
+        ``cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0``; eps with as many digits as
+        it needs (``cpu-gpt2-st-eps2.5e-3-seed0``, not ``eps3e-3``)."""
+        eps = (
+            ""
+            if self.eps is None
+            else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
+        )
         alpha = "" if self.alpha is None else f"-a{self.alpha:g}"
-        vocab = "" if self.vocab_kind == "word" else f"-{self.vocab_kind}{_short_count(self.vocab_cap)}"
-        vocab += "-nounk" if self.drop_unk else ""
-        return f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}{self._temperature_key()}{vocab}-seed{self.seed}"
+        data = self.data
+        vocab = (
+            ""
+            if data.vocab_kind == "word"
+            else f"-{data.vocab_kind}{_short_count(data.vocab_cap)}"
+        )
+        vocab += "-nounk" if data.drop_unk else ""
+        ident = f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}"
+        return f"{ident}{self._temperature_key()}{vocab}-seed{self.seed}"
 
     def _temperature_key(self) -> str:
-        """The Chapter 9 (09_temperature) part of :attr:`key`: ``-mos{M}`` for a mixture of M
-        softmaxes (Contextual Temperature (2020) eq. 3), then ``-ct-`` and the normalisation of
-        eq. 5 / Table 3 (``sig-a1-b0.5``, ``smax-a1-b0.5``, ``pow-l4``, ``shift-l3``), ``-nols``
-        without the loss scaling of Sec. 3.3, ``-lsdet`` with it detached (``detach_loss_scale``),
-        and ``-q{rank}`` when the rank Q of W1 W2 is not
-        ``hidden // 2``. Empty for every config of Chapters 6-8."""
-        out = f"-mos{self.mixtures}" if self.mixtures != 1 else ""
-        if self.temperature is None:
+        """The Chapter 9 (09_temperature) part of :attr:`key`: ``-mos{M}`` for
+        a mixture of M softmaxes (Contextual Temperature (2020) eq. 3), then
+        ``-ct-`` and the normalisation of eq. 5 / Table 3 (``sig-a1-b0.5``,
+        ``smax-a1-b0.5``, ``pow-l4``, ``shift-l3``), ``-nols`` without the loss
+        scaling of Sec. 3.3, ``-lsdet`` with it detached
+        (``detach_loss_scale``), and ``-q{rank}`` when the rank Q of W1 W2 is
+        not ``hidden // 2``. Empty for every config of Chapters 6-8."""
+        t = self.temperature
+        if t is None:
+            return ""
+        out = f"-mos{t.mixtures}" if t.mixtures != 1 else ""
+        if t.normalisation is None:
             return out
-        short = {"sigmoid": "sig", "softmax": "smax", "power-tanh": "pow", "shifted-tanh": "shift"}[self.temperature]
-        if self.temperature in ("sigmoid", "softmax"):
-            norm = f"{short}-a{self.temperature_a:g}-b{self.temperature_b:g}"
+        short = {
+            "sigmoid": "sig",
+            "softmax": "smax",
+            "power-tanh": "pow",
+            "shifted-tanh": "shift",
+        }[t.normalisation]
+        if t.normalisation in ("sigmoid", "softmax"):
+            norm = f"{short}-a{t.a:g}-b{t.b:g}"
         else:
-            norm = f"{short}-l{self.temperature_lambda:g}"
-        out += "-ct-" + norm + ("-lsdet" if self.detach_loss_scale else "" if self.loss_scaling else "-nols")
-        if self.temperature_rank is not None and self.temperature_rank != self.hidden // 2:
-            out += f"-q{self.temperature_rank}"
+            norm = f"{short}-l{t.lam:g}"
+        out += (
+            "-ct-"
+            + norm
+            + (
+                "-lsdet"
+                if t.detach_loss_scale
+                else ""
+                if t.loss_scaling
+                else "-nols"
+            )
+        )
+        if t.rank is not None and t.rank != self.model.hidden // 2:
+            out += f"-q{t.rank}"
         return out
 
     @property
     def label(self) -> str:
-        """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``, ``ENTMAX+LSTM (alpha=1.5)``."""
-        parts = ([] if self.eps is None else [f"eps={_short_eps(self.eps)}"]) + (
-            [] if self.alpha is None else [f"alpha={self.alpha:g}"])
+        """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``, ``ENTMAX+LSTM
+        (alpha=1.5)``."""
+        parts = (
+            [] if self.eps is None else [f"eps={_short_eps(self.eps)}"]
+        ) + ([] if self.alpha is None else [f"alpha={self.alpha:g}"])
         head = self.head.upper()
-        if self.mixtures != 1:  # Chapter 9 (09_temperature): MoS / CT-MoS, CT-VA, CT-NMST
+        t = self.temperature or TemperatureOptions()
+        if (
+            t.mixtures != 1
+        ):  # Chapter 9 (09_temperature): MoS / CT-MoS, CT-VA, CT-NMST
             head = "MoS" if head == "VA" else f"{head}-MoS"
-            parts.append(f"M={self.mixtures}")
-        if self.temperature is not None:
+            parts.append(f"M={t.mixtures}")
+        if t.normalisation is not None:
             head = f"CT-{head}"
-            if self.temperature in ("sigmoid", "softmax"):
-                parts.append(f"{self.temperature} a={self.temperature_a:g} b={self.temperature_b:g}")
+            if t.normalisation in ("sigmoid", "softmax"):
+                parts.append(f"{t.normalisation} a={t.a:g} b={t.b:g}")
             else:
-                parts.append(f"{self.temperature} lambda={self.temperature_lambda:g}")
-            if not self.loss_scaling:
+                parts.append(f"{t.normalisation} lambda={t.lam:g}")
+            if not t.loss_scaling:
                 parts.append("no LS")
-            elif self.detach_loss_scale:
+            elif t.detach_loss_scale:
                 parts.append("LS detached")
-            if self.temperature_rank is not None and self.temperature_rank != self.hidden // 2:
-                parts.append(f"Q={self.temperature_rank}")
+            if t.rank is not None and t.rank != self.model.hidden // 2:
+                parts.append(f"Q={t.rank}")
         extra = f" ({', '.join(parts)})" if parts else ""
         return f"{head}+{self.arch.upper()}{extra}"
 
+    def value(self, name: str):
+        """The value of the flat field ``name`` (:data:`FIELD_SECTIONS`), e.g.
+        ``config.value("hidden") == config.model.hidden``; an absent section
+        (``gpt2``, ``temperature``) reads as its defaults. For code that takes
+        field names as data (recipe tables, ``--set``); code that names a field
+        reads it from its section."""
+        if name not in FIELD_SECTIONS:
+            raise _unknown_fields({name})
+        section, attr = FIELD_SECTIONS[name]
+        if section is None:
+            return getattr(self, attr)
+        part = getattr(self, section)
+        return getattr(
+            SECTION_TYPES[section]() if part is None else part, attr
+        )
+
+    def flat_dict(self) -> dict:
+        """Every flat field and its value, in the order of
+        :data:`FIELD_SECTIONS` (nothing left out, tuples kept): the inverse of
+        :meth:`from_flat`."""
+        return {name: self.value(name) for name in FIELD_SECTIONS}
+
     def to_dict(self) -> dict:
-        """JSON-ready dict of every field (tuples become lists). ``alpha`` is left out when it is
-        None (every head but entmax and nmst-entmax), and the fields added for GPT-2 (Chapter 7,
-        07_gpt2: dataset, pretrained, attn_heads, lr_schedule, lr_decay_steps, max_steps,
-        grad_accum, no_decay_bias_norm) and for Chapter 9 (09_temperature: temperature,
-        temperature_a, temperature_b, temperature_lambda, temperature_rank, loss_scaling, mixtures, detach_loss_scale)
-        when they are at their defaults, so that configs written before those fields existed
-        (Chapter 6's, 7's and 8's committed results) keep their :func:`config_hash`."""
-        d = asdict(self)
-        d["betas"] = list(self.betas)
-        d["decoders"] = list(self.decoders)
+        """JSON-ready flat dict of every field (tuples become lists): the keys
+        of :data:`FIELD_SECTIONS`, so the dict and :func:`config_hash` are
+        those of the flat config before the sections. ``alpha`` is left out
+        when it is None (every head but entmax and nmst-entmax), and the fields
+        added for GPT-2 (Chapter 7, 07_gpt2: dataset, pretrained, attn_heads,
+        lr_schedule, lr_decay_steps, max_steps, grad_accum,
+        no_decay_bias_norm), for Chapter 9 (09_temperature: temperature,
+        temperature_a, temperature_b, temperature_lambda, temperature_rank,
+        loss_scaling, mixtures, detach_loss_scale) and later (vocab_kind,
+        drop_unk, min_improvement) when they are at their defaults, so that
+        configs written before those fields existed keep their
+        :func:`config_hash`."""
+        d = self.flat_dict()
+        d["betas"] = list(d["betas"])
+        d["decoders"] = list(d["decoders"])
         for name, default in _OMITTED_AT_DEFAULT.items():
             if d[name] == default and type(d[name]) is type(default):
                 del d[name]
         return d
 
-    def replace(self, **changes) -> "ExperimentConfig":
-        """A validated copy with ``changes`` applied."""
-        return validate_config(replace(self, **changes))
+    def replace(self, **changes) -> ExperimentConfig:
+        """A validated copy with ``changes`` (flat field names,
+        :data:`FIELD_SECTIONS`) applied."""
+        unknown = set(changes) - set(FIELD_SECTIONS)
+        if unknown:
+            raise _unknown_fields(unknown)
+        return validate_config(
+            ExperimentConfig.from_flat(**{**self.flat_dict(), **changes})
+        )
 
 
-_OMITTED_AT_DEFAULT = {"alpha": None, "vocab_kind": "word", "drop_unk": False, "min_improvement": 0.0, "dataset": "wikitext-2", "pretrained": None, "attn_heads": None,
-                       "lr_schedule": "plateau", "lr_decay_steps": None, "max_steps": None, "grad_accum": 1,
-                       "no_decay_bias_norm": False,
-                       "temperature": None, "temperature_a": None, "temperature_b": None, "temperature_lambda": None,
-                       "temperature_rank": None, "loss_scaling": False, "mixtures": 1, "detach_loss_scale": False}
-"""Fields that :meth:`ExperimentConfig.to_dict` leaves out at these values (they postdate
-Chapter 6's committed results, whose hashes must not change)."""
+_OMITTED_AT_DEFAULT = {
+    "alpha": None,
+    "vocab_kind": "word",
+    "drop_unk": False,
+    "min_improvement": 0.0,
+    "dataset": "wikitext-2",
+    "pretrained": None,
+    "attn_heads": None,
+    "lr_schedule": "plateau",
+    "lr_decay_steps": None,
+    "max_steps": None,
+    "grad_accum": 1,
+    "no_decay_bias_norm": False,
+    "temperature": None,
+    "temperature_a": None,
+    "temperature_b": None,
+    "temperature_lambda": None,
+    "temperature_rank": None,
+    "loss_scaling": False,
+    "mixtures": 1,
+    "detach_loss_scale": False,
+}
+"""Fields that :meth:`ExperimentConfig.to_dict` leaves out at these values
+(they postdate Chapter 6's committed results, whose hashes must not change)."""
 
 
-def _check_number(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise TypeError(f"{name} must be a number, got {value!r}")
+def _validate_identity(config: ExperimentConfig) -> dict:
+    """profile, arch, head, eps, alpha, seed: the normalised values (arch and
+    head lower case, eps and alpha floats), or ValueError / TypeError saying
+    what is allowed."""
+    if config.profile not in PROFILES:
+        raise ValueError(
+            f"unknown profile {config.profile!r}: choose one of "
+            f"{', '.join(PROFILES)}"
+        )
+    arch = config.arch.lower() if isinstance(config.arch, str) else config.arch
+    if arch not in ARCHS:
+        raise ValueError(
+            f"unknown arch {config.arch!r}: choose rnn (tanh RNN), lstm or "
+            "gpt2"
+        )
+    head = normalise_head(config.head)
+    out = {"arch": arch, "head": head}
+    if head not in EPS_HEADS:
+        if config.eps is not None:
+            raise ValueError(
+                "eps applies to the st, nmst and nmst-entmax heads only; "
+                "leave it out (None) for "
+                f"head {head}"
+            )
+    else:
+        if config.eps is None:
+            raise ValueError(
+                f"head {head} needs eps in (0, 1), e.g. 1e-4 (the paper uses "
+                f"{PAPER_EPS})"
+            )
+        out["eps"] = check_eps(config.eps)
+    if head in SPARSE_HEADS:
+        if config.alpha is None:
+            raise ValueError(
+                f"head {head} needs alpha > 1 (alpha-entmax; Martins et al. "
+                "(2020) use 1.2 on "
+                "WikiText-2, 1.5 is the exact sort-based entmax15)"
+            )
+        check_number(config.alpha, "alpha")
+        if not (math.isfinite(config.alpha) and config.alpha > 1):
+            raise ValueError(
+                f"alpha must be a finite number > 1 for head {head} (alpha = "
+                "1 is softmax: use "
+                f"{'va' if head == 'entmax' else 'nmst'}), got "
+                f"{config.alpha!r}"
+            )
+        out["alpha"] = float(config.alpha)
+    elif config.alpha is not None:
+        raise ValueError(
+            "alpha applies to the entmax and nmst-entmax heads only; leave "
+            "it out (None) for head "
+            f"{head}"
+        )
+    seed = config.seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    return out
+
+
+def _check_data_for_arch(data: DataOptions, arch: str) -> None:
+    """The data options that depend on the arch: WikiText-103, a fixed
+    vocabulary and raw text for GPT-2 (Chapter 7), BPE pieces and ``drop_unk``
+    for rnn/lstm only."""
+    if data.dataset == "wikitext-103" and arch != "gpt2":
+        raise ValueError(
+            "dataset 'wikitext-103' is for arch gpt2 only (Choi, Cho, Lee "
+            "(2023) Sec. 4.2); the RNN/LSTM "
+            "experiments use 'wikitext-2'"
+        )
+    if data.vocab_kind == "bpe" and (arch == "gpt2" or data.vocab_cap is None):
+        raise ValueError(
+            "vocab_kind bpe needs vocab_cap, the number of pieces (e.g. "
+            "8000), and an rnn or lstm "
+            f"(GPT-2 has its own BPE); got arch {arch!r}, vocab_cap "
+            f"{data.vocab_cap!r}"
+        )
+    if data.drop_unk and arch == "gpt2":
+        raise ValueError(
+            "drop_unk applies to arch rnn or lstm only: GPT-2 reads the raw "
+            "text, which has no <unk> "
+            "markers; leave it out (False)"
+        )
+    if arch == "gpt2" and data.vocab_cap is not None:
+        raise ValueError(
+            "vocab_cap must be None for arch gpt2: the GPT-2 BPE vocabulary "
+            "is fixed (50,257 ids), "
+            f"got {data.vocab_cap!r}"
+        )
+
+
+def _check_gpt2_for_arch(gpt2: GPT2Options | None, arch: str) -> None:
+    """A GPT2Options section is for arch gpt2 only (each field says so in its
+    own words)."""
+    if arch == "gpt2" or gpt2 is None:
+        return
+    if gpt2.pretrained is not None:
+        raise ValueError(
+            "pretrained applies to arch gpt2 only; leave it out (None) for "
+            f"arch {arch}"
+        )
+    if gpt2.attn_heads is not None:
+        raise ValueError(
+            "attn_heads applies to a GPT-2 trained from scratch only (arch "
+            "gpt2, pretrained None); "
+            "a pretrained model brings its own; leave it out (None)"
+        )
+    raise ValueError(
+        "the gpt2 section applies to arch gpt2 only; leave it out (None) for "
+        f"arch {arch}"
+    )
+
+
+def _check_temperature_for_model(
+    t: TemperatureOptions, arch: str, head: str
+) -> None:
+    """Contextual temperature and MoS (Chapter 9) need an RNN/LSTM with a
+    softmax head; a mixture, head va."""
+    if t.normalisation is None and t.mixtures == 1:
+        return
+    if arch == "gpt2":
+        raise ValueError(
+            "contextual temperature and mixtures of softmaxes are implemented "
+            "for RNNLM/LSTMLM "
+            "(Chapter 9); use arch rnn or lstm, or leave temperature and "
+            "mixtures out for gpt2"
+        )
+    if head in SPARSE_HEADS:
+        raise ValueError(
+            "contextual temperature and mixtures of softmaxes need a "
+            "softmax-based head (va, st or "
+            f"nmst), got head {head}"
+        )
+    if t.mixtures > 1 and head != "va":
+        raise ValueError(
+            f"a mixture of softmaxes (mixtures={t.mixtures}) is implemented "
+            "with head va only (MoS / "
+            "CT-MoS, Contextual Temperature (2020) eq. 3 and 6), got head "
+            f"{head}"
+        )
 
 
 def validate_config(config: ExperimentConfig) -> ExperimentConfig:
-    """Check every field and return the config with normalised names; raises ValueError /
-    TypeError saying what to change (before any data is loaded or any training starts). Longer
-    than most functions because it is a flat list of independent checks, one per field in the
-    order of the fields; the GPT-2 and Chapter 9 fields have their own functions."""
+    """Check every section and return the config with normalised values; raises
+    ValueError / TypeError saying what to change (before any data is loaded or
+    any training starts). Each section has its own validator
+    (:mod:`nmst_lib.experiments.config_sections`); the checks that involve two
+    sections (the arch and the data, GPT-2 or temperature options; GPT-2's 1024
+    positions) are here."""
     if not isinstance(config, ExperimentConfig):
-        raise TypeError(f"expected an ExperimentConfig, got {type(config).__name__}")
-    changes = {}
-    if config.profile not in PROFILES:
-        raise ValueError(f"unknown profile {config.profile!r}: choose one of {', '.join(PROFILES)}")
-    arch = config.arch.lower() if isinstance(config.arch, str) else config.arch
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {config.arch!r}: choose rnn (tanh RNN), lstm or gpt2")
-    changes["arch"] = arch
-    changes.update(_validate_gpt2_and_schedule(config, arch))
-    head = normalise_head(config.head)
-    changes["head"] = head
-    changes.update(_validate_temperature(config, arch, head))
-    if head not in EPS_HEADS:
-        if config.eps is not None:
-            raise ValueError(f"eps applies to the st, nmst and nmst-entmax heads only; leave it out (None) for "
-                             f"head {head}")
-    else:
-        if config.eps is None:
-            raise ValueError(f"head {head} needs eps in (0, 1), e.g. 1e-4 (the paper uses {PAPER_EPS})")
-        changes["eps"] = check_eps(config.eps)
-    if head in SPARSE_HEADS:
-        if config.alpha is None:
-            raise ValueError(f"head {head} needs alpha > 1 (alpha-entmax; Martins et al. (2020) use 1.2 on "
-                             "WikiText-2, 1.5 is the exact sort-based entmax15)")
-        _check_number(config.alpha, "alpha")
-        if not (math.isfinite(config.alpha) and config.alpha > 1):
-            raise ValueError(f"alpha must be a finite number > 1 for head {head} (alpha = 1 is softmax: use "
-                             f"{'va' if head == 'entmax' else 'nmst'}), got {config.alpha!r}")
-        changes["alpha"] = float(config.alpha)
-    elif config.alpha is not None:
-        raise ValueError(f"alpha applies to the entmax and nmst-entmax heads only; leave it out (None) for head "
-                         f"{head}")
-    for name in ("seed", "substitute_seed"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-    if config.data_source not in ("auto", "hub", "local", "substitute"):
-        raise ValueError(f"data_source must be auto, hub, local or substitute, got {config.data_source!r}")
-    for name in ("context_len", "hidden", "layers", "max_epochs", "patience", "batch_size", "decode_max_len",
-                 "decode_batch_size"):
-        check_positive_int(getattr(config, name), name)
-    for name in ("vocab_cap", "max_train_tokens", "max_eval_tokens", "max_batch_tokens", "num_decode_contexts",
-                 "decode_max_len_nongreedy", "num_decode_contexts_nongreedy"):
-        if getattr(config, name) is not None:
-            check_positive_int(getattr(config, name), name)
-    if isinstance(config.num_eos_lines, bool) or not isinstance(config.num_eos_lines, int) or config.num_eos_lines < 0:
-        raise ValueError(f"num_eos_lines must be an integer >= 0, got {config.num_eos_lines!r}")
-    for name, lo, hi, closed_hi in (("dropout", 0.0, 1.0, False), ("lr_decay", 0.0, 1.0, True),
-                                    ("min_improvement", 0.0, 1.0, False)):
-        v = getattr(config, name)
-        _check_number(v, name)
-        if not (lo <= v < hi or (closed_hi and v == hi)) or (name == "lr_decay" and v == 0):
-            raise ValueError(f"{name} must lie in {'(0, 1]' if name == 'lr_decay' else '[0, 1)'}, got {v!r}"
-                             + (" (a relative threshold, e.g. 0.005 for 0.5 %)" if name == "min_improvement" else ""))
-    for name in ("lr", "clip"):
-        v = getattr(config, name)
-        _check_number(v, name)
-        if not v > 0:
-            raise ValueError(f"{name} must be > 0, got {v!r}")
-    _check_number(config.weight_decay, "weight_decay")
-    if config.weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {config.weight_decay!r}")
-    betas = tuple(config.betas)
-    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
-        raise ValueError(f"betas must be two numbers in [0, 1), got {config.betas!r}")
-    changes["betas"] = tuple(float(b) for b in betas)
-    decoders = tuple(config.decoders)
-    if not decoders:
-        raise ValueError("decoders must name at least one decoder, e.g. ('greedy',)")
-    if len(set(decoders)) != len(decoders):
-        raise ValueError(f"decoders must be distinct, got {decoders}")
-    for name in decoders:
-        parse_decoder(name)
-    changes["decoders"] = decoders
+        raise TypeError(
+            f"expected an ExperimentConfig, got {type(config).__name__}"
+        )
+    changes = _validate_identity(config)
+    arch, head = changes["arch"], changes["head"]
+    data = validate_data(config.data)
+    _check_data_for_arch(data, arch)
+    _check_gpt2_for_arch(config.gpt2, arch)
+    model = validate_model(config.model)
     if arch == "gpt2":
-        longest = max(config.decode_max_len, config.decode_max_len_nongreedy or 0)
-        if config.context_len + longest > GPT2_MAX_POSITIONS:
-            raise ValueError(f"GPT-2 attends to {GPT2_MAX_POSITIONS} positions: context_len ({config.context_len}) + "
-                             f"the longest decode_max_len ({longest}) must not exceed it; the paper uses L = 1000 "
-                             "with k = 10")
+        changes["gpt2"] = validate_gpt2(
+            config.gpt2 or GPT2Options(), model.hidden
+        )
+    changes["training"] = validate_training(config.training)
+    temperature = config.temperature
+    if temperature is not None:
+        temperature = validate_temperature(temperature, model.hidden)
+        _check_temperature_for_model(temperature, arch, head)
+        if _all_default(temperature):
+            temperature = None
+    changes["temperature"] = temperature
+    decoding = changes["decoding"] = validate_decoding(config.decoding)
+    if arch == "gpt2":
+        longest = max(
+            decoding.decode_max_len, decoding.decode_max_len_nongreedy or 0
+        )
+        if data.context_len + longest > GPT2_MAX_POSITIONS:
+            raise ValueError(
+                f"GPT-2 attends to {GPT2_MAX_POSITIONS} positions: "
+                f"context_len ({data.context_len}) "
+                f"+ the longest decode_max_len ({longest}) must not exceed "
+                "it; the paper uses "
+                "L = 1000 with k = 10"
+            )
     return replace(config, **changes)
-
-
-def _validate_temperature(config: ExperimentConfig, arch: str, head: str) -> dict:
-    """Checks of the Chapter 9 (09_temperature) fields: ``temperature`` (one of
-    :data:`nmst_lib.temperature.TEMPERATURE_NORMALISATIONS`; None = no contextual temperature),
-    ``temperature_a``/``temperature_b`` (sigmoid and softmax, Contextual Temperature (2020) eq. 5:
-    a > 0, b > 0), ``temperature_lambda`` (power-tanh and shifted-tanh, Table 3: lambda > 1),
-    ``temperature_rank`` (Q of W1 W2, a positive integer), ``loss_scaling`` (Sec. 3.3) and
-    ``mixtures`` (M of the mixture of softmaxes, eq. 3 and 6). Fills the normalisation's
-    defaults (``nmst_lib.temperature.temperature_defaults``) and the rank ``hidden // 2``. Returns
-    the normalised values; raises ValueError / TypeError saying what is allowed. One flat list of
-    checks, in the order of the fields (hence its length)."""
-    changes = {}
-    mixtures = config.mixtures
-    if isinstance(mixtures, bool) or not isinstance(mixtures, int) or mixtures < 1:
-        raise ValueError(f"mixtures must be an integer >= 1 (1 = a single softmax; M > 1 = a mixture of M softmaxes, "
-                         f"Contextual Temperature (2020) eq. 3), got {mixtures!r}")
-    if not isinstance(config.loss_scaling, bool):
-        raise TypeError(f"loss_scaling must be True or False, got {config.loss_scaling!r}")
-    if not isinstance(config.detach_loss_scale, bool):
-        raise TypeError(f"detach_loss_scale must be True or False, got {config.detach_loss_scale!r}")
-    if config.detach_loss_scale and not config.loss_scaling:
-        raise ValueError("detach_loss_scale applies with loss_scaling=True only (it says whether the mean-temperature "
-                         "factor of Contextual Temperature (2020) eq. 7 gets a gradient)")
-    ct_fields = ("temperature_a", "temperature_b", "temperature_lambda", "temperature_rank")
-    if config.temperature is None:
-        given = [name for name in ct_fields if getattr(config, name) is not None]
-        if config.loss_scaling:
-            given.append("loss_scaling")
-        if given:
-            raise ValueError(f"{', '.join(given)}: only for a contextual temperature; set temperature to one of "
-                             "sigmoid, softmax, power-tanh, shifted-tanh, or leave them out")
-    if config.temperature is None and mixtures == 1:
-        return changes
-    if arch == "gpt2":
-        raise ValueError("contextual temperature and mixtures of softmaxes are implemented for RNNLM/LSTMLM "
-                         "(Chapter 9); use arch rnn or lstm, or leave temperature and mixtures out for gpt2")
-    if head in SPARSE_HEADS:
-        raise ValueError(f"contextual temperature and mixtures of softmaxes need a softmax-based head (va, st or "
-                         f"nmst), got head {head}")
-    if mixtures > 1 and head != "va":
-        raise ValueError(f"a mixture of softmaxes (mixtures={mixtures}) is implemented with head va only (MoS / "
-                         f"CT-MoS, Contextual Temperature (2020) eq. 3 and 6), got head {head}")
-    if config.temperature is None:
-        return changes
-    from ..temperature import TEMPERATURE_NORMALISATIONS, temperature_defaults
-
-    norm = config.temperature.lower() if isinstance(config.temperature, str) else config.temperature
-    if norm not in TEMPERATURE_NORMALISATIONS:
-        raise ValueError(f"unknown temperature normalisation {config.temperature!r}: choose one of "
-                         f"{', '.join(TEMPERATURE_NORMALISATIONS)} (Contextual Temperature (2020) eq. 5 and Table 3)")
-    changes["temperature"] = norm
-    defaults = temperature_defaults(norm)
-    uses_ab = norm in ("sigmoid", "softmax")
-    for name, short in (("temperature_a", "a"), ("temperature_b", "b"), ("temperature_lambda", "lam")):
-        value = getattr(config, name)
-        applies = uses_ab if short in ("a", "b") else not uses_ab
-        if not applies:
-            if value is not None:
-                raise ValueError(f"{name} does not apply to the {norm} normalisation (its parameters: "
-                                 f"{'temperature_a and temperature_b' if uses_ab else 'temperature_lambda'}); "
-                                 f"leave {name} out")
-            continue
-        if value is None:
-            value = defaults[short]
-        _check_number(value, name)
-        value = float(value)
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be finite, got {value!r}")
-        if short in ("a", "b") and not value > 0:
-            raise ValueError(f"{name} must be > 0 (tau = (sigma + a) / b must stay positive: its range is "
-                             f"[a/b, (1+a)/b]), got {value!r}")
-        if short == "lam" and not value > 1:
-            raise ValueError(f"temperature_lambda must be > 1 for {norm} (Table 3: lambda = 4 for power-tanh, range "
-                             f"[1/lambda, lambda]; lambda = 3 for shifted-tanh, range [lambda-1, lambda+1]), "
-                             f"got {value!r}")
-        changes[name] = value
-    rank = config.temperature_rank
-    if rank is None:
-        hidden = config.hidden if isinstance(config.hidden, int) and not isinstance(config.hidden, bool) else None
-        if hidden is None or hidden // 2 < 1:
-            raise ValueError(f"temperature_rank defaults to hidden // 2, which needs hidden >= 2, got hidden "
-                             f"{config.hidden!r}; set temperature_rank")
-        rank = hidden // 2
-    changes["temperature_rank"] = check_positive_int(rank, "temperature_rank")
-    return changes
-
-
-def _validate_gpt2_and_schedule(config: ExperimentConfig, arch: str) -> dict:
-    """Checks of the fields added for GPT-2 fine-tuning (Choi, Cho, Lee (2023) Sec. 4.2, App. D;
-    Chapter 7, 07_gpt2): dataset, pretrained, attn_heads, vocab_cap, lr_schedule, lr_decay_steps,
-    max_steps, grad_accum, no_decay_bias_norm. Returns the normalised values; raises ValueError /
-    TypeError saying what is allowed."""
-    changes = {}
-    if config.dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {config.dataset!r}: choose one of {', '.join(DATASETS)}")
-    if config.dataset == "wikitext-103" and arch != "gpt2":
-        raise ValueError("dataset 'wikitext-103' is for arch gpt2 only (Choi, Cho, Lee (2023) Sec. 4.2); the RNN/LSTM "
-                         "experiments use 'wikitext-2'")
-    if config.pretrained is not None:
-        if arch != "gpt2":
-            raise ValueError(f"pretrained applies to arch gpt2 only; leave it out (None) for arch {arch}")
-        if not isinstance(config.pretrained, str) or not config.pretrained.strip():
-            raise ValueError(f"pretrained must be a Hugging Face model name (e.g. 'gpt2') or a folder written by "
-                             f"GPT2LM.save_pretrained, got {config.pretrained!r}")
-    if config.attn_heads is not None:
-        if arch != "gpt2" or config.pretrained is not None:
-            raise ValueError("attn_heads applies to a GPT-2 trained from scratch only (arch gpt2, pretrained None); "
-                             "a pretrained model brings its own; leave it out (None)")
-        check_positive_int(config.attn_heads, "attn_heads")
-        if isinstance(config.hidden, int) and config.hidden % config.attn_heads:
-            raise ValueError(f"hidden ({config.hidden}) must be a multiple of attn_heads ({config.attn_heads}): "
-                             "each attention head gets hidden / attn_heads dimensions")
-    elif arch == "gpt2" and config.pretrained is None:
-        raise ValueError("a GPT-2 trained from scratch (pretrained None) needs attn_heads, a divisor of hidden "
-                         "(e.g. attn_heads=4 with hidden=128), or pretrained='gpt2'")
-    if config.vocab_kind not in VOCAB_KINDS:
-        raise ValueError(f"unknown vocab_kind {config.vocab_kind!r}: choose word (whitespace words, the "
-                         "vocab_cap most frequent) or bpe (subword pieces learned on the training split)")
-    if config.vocab_kind == "bpe" and (arch == "gpt2" or config.vocab_cap is None):
-        raise ValueError("vocab_kind bpe needs vocab_cap, the number of pieces (e.g. 8000), and an rnn or lstm "
-                         f"(GPT-2 has its own BPE); got arch {arch!r}, vocab_cap {config.vocab_cap!r}")
-    if not isinstance(config.drop_unk, bool):
-        raise TypeError(f"drop_unk must be True or False, got {config.drop_unk!r}")
-    if config.drop_unk and arch == "gpt2":
-        raise ValueError("drop_unk applies to arch rnn or lstm only: GPT-2 reads the raw text, which has no <unk> "
-                         "markers; leave it out (False)")
-    if arch == "gpt2" and config.vocab_cap is not None:
-        raise ValueError(f"vocab_cap must be None for arch gpt2: the GPT-2 BPE vocabulary is fixed (50,257 ids), "
-                         f"got {config.vocab_cap!r}")
-    if config.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}: choose plateau (multiply the lr by lr_decay "
-                         "after an epoch without validation improvement) or linear (linear decay to 0 over "
-                         "lr_decay_steps optimizer steps)")
-    if config.lr_decay_steps is not None:
-        if config.lr_schedule != "linear":
-            raise ValueError("lr_decay_steps applies to lr_schedule 'linear' only; leave it out (None) for 'plateau'")
-        check_positive_int(config.lr_decay_steps, "lr_decay_steps")
-    if config.max_steps is not None:
-        check_positive_int(config.max_steps, "max_steps")
-    check_positive_int(config.grad_accum, "grad_accum")
-    if not isinstance(config.no_decay_bias_norm, bool):
-        raise TypeError(f"no_decay_bias_norm must be True or False, got {config.no_decay_bias_norm!r}")
-    return changes
 
 
 DECODING_FIELDS = ("decoders", "decode_max_len", "decode_max_len_nongreedy", "num_decode_contexts",
@@ -687,17 +640,15 @@ def config_hash(config: ExperimentConfig) -> str:
 
 
 def config_from_dict(d: dict) -> ExperimentConfig:
-    """Inverse of :meth:`ExperimentConfig.to_dict` (unknown keys are an error)."""
-    names = {f.name for f in fields(ExperimentConfig)}
-    unknown = set(d) - names
-    if unknown:
-        raise ValueError(f"unknown config fields {sorted(unknown)}; known: {sorted(names)}")
+    """Inverse of :meth:`ExperimentConfig.to_dict`: flat field names
+    (:data:`FIELD_SECTIONS`) routed to their sections (unknown keys are an
+    error)."""
     d = dict(d)
     if "betas" in d:
         d["betas"] = tuple(d["betas"])
     if "decoders" in d:
         d["decoders"] = tuple(d["decoders"])
-    return validate_config(ExperimentConfig(**d))
+    return validate_config(ExperimentConfig.from_flat(**d))
 
 
 # ---------------------------------------------------------------------------------- profiles
@@ -844,8 +795,7 @@ def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", ep
         defaults["decoders"] = default_decoders(profile, head, eps, seed)
         defaults.update(_PROFILE_DEFAULTS[profile][arch_key])
     defaults.update(overrides)
-    names = {f.name for f in fields(ExperimentConfig)}
-    unknown = set(defaults) - names
-    if unknown:
-        raise ValueError(f"unknown config fields {sorted(unknown)}; known: {sorted(names)}")
-    return validate_config(ExperimentConfig(profile=profile, arch=arch_key, head=head, eps=eps, seed=seed, **defaults))
+    identity = {"profile": profile, "arch": arch_key, "head": head, "eps": eps,
+                "seed": seed}
+    flat = {**identity, **defaults}
+    return validate_config(ExperimentConfig.from_flat(**flat))

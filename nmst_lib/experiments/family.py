@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validation import check_positive_int
+from .config import ExperimentConfig
 from .results import (
     CURRENT,
     StoredResult,
@@ -111,7 +112,10 @@ class Family:
         """The :class:`~nmst_lib.experiments.config.ExperimentConfig` that
         trains ``config``'s model (the config itself for Chapters 6-7,
         ``config.model`` for Chapters 8-9)."""
-        return getattr(self.check(config), "model", config)
+        config = self.check(config)
+        if isinstance(config, ExperimentConfig):  # its ``model`` is its ModelOptions section
+            return config
+        return getattr(config, "model", config)
 
     def __repr__(self) -> str:
         """``Family('wikitext2': WikiText-2, Chapter 06_wikitext)``: what the

@@ -77,9 +77,9 @@ def decoding_context_indices(config: ExperimentConfig, valid: D.SequenceData) ->
     subset of ``num_decode_contexts`` (generator seed 0, the same for every model seed) in
     random order, so that any prefix of it is a random subset too."""
     n = len(valid)
-    if config.num_decode_contexts is None or config.num_decode_contexts >= n:
+    if config.decoding.num_decode_contexts is None or config.decoding.num_decode_contexts >= n:
         return torch.arange(n)
-    return torch.randperm(n, generator=torch.Generator().manual_seed(0))[: config.num_decode_contexts]
+    return torch.randperm(n, generator=torch.Generator().manual_seed(0))[: config.decoding.num_decode_contexts]
 
 
 def sparse_histogram(counts) -> dict:
@@ -312,18 +312,18 @@ def evaluate_trained(run: TrainedRun, *, progress: bool = False, log: Callable[[
     decoding = {}
     from tqdm.auto import tqdm
 
-    for name in tqdm(config.decoders, desc=f"{config.label} decoding", disable=not progress, leave=False):
-        max_len, these = config.decode_max_len, contexts
+    for name in tqdm(config.decoding.decoders, desc=f"{config.label} decoding", disable=not progress, leave=False):
+        max_len, these = config.decoding.decode_max_len, contexts
         if name != "greedy":
-            max_len = config.decode_max_len_nongreedy or max_len
-            these = contexts[:config.num_decode_contexts_nongreedy]  # None keeps them all
+            max_len = config.decoding.decode_max_len_nongreedy or max_len
+            these = contexts[:config.decoding.num_decode_contexts_nongreedy]  # None keeps them all
         res = decode_at_scale(model, these, name, max_len=max_len, seed=config.seed,
-                              batch_size=config.decode_batch_size, vocab=data.vocab)
+                              batch_size=config.decoding.decode_batch_size, vocab=data.vocab)
         decoding[name] = res
         say(f"[decode] {config.key} {name}: r_nt({max_len}) = {res['rnt'][-1]:.3f} "
             f"({res['wall_seconds']:.1f} s)")
     data_lengths = data.valid.continuation_lengths[idx]
-    data_hist = np.bincount(data_lengths.numpy(), minlength=config.decode_max_len + 2)
+    data_hist = np.bincount(data_lengths.numpy(), minlength=config.decoding.decode_max_len + 2)
     return {
         "metrics": {
             "val_ppl": run.val_ppl,  # None for the entmax heads (Chapter 8): see val_loss
@@ -339,10 +339,10 @@ def evaluate_trained(run: TrainedRun, *, progress: bool = False, log: Callable[[
         "decoding": decoding,
         "data_length_histogram": {**sparse_histogram(data_hist), "of": "continuation lengths (eos included) of "
                                   "the decoded validation sequences"},
-        "eos_probabilities": eos_probability_traces(model, data.valid, config.num_eos_lines),
+        "eos_probabilities": eos_probability_traces(model, data.valid, config.decoding.num_eos_lines),
         "data": data.description,
         "seeds": {**training_seeds(config), "sampling_decoders": config.seed,
-                  "decoding_contexts": 0, "substitute_split": config.substitute_seed},
+                  "decoding_contexts": 0, "substitute_split": config.data.substitute_seed},
         "provenance": training_provenance(run, command=command, started=started),
     }
 
@@ -421,7 +421,7 @@ def run_suite(profile: str, *, results_dir=None, checkpoint_dir=None, force: boo
 
 def describe_run(config: ExperimentConfig) -> str:
     """One line for ``--dry-run``: the decoders of a run (Chapters 6-7)."""
-    return f"decoders={','.join(config.decoders)}"
+    return f"decoders={','.join(config.decoding.decoders)}"
 
 
 WIKITEXT2 = register(Family(

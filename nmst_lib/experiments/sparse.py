@@ -159,9 +159,9 @@ class SparseConfig:
     """One model of Chapter 8's suite (08_sparse) and how it is evaluated.
 
     ``model``: the :class:`~nmst_lib.experiments.config.ExperimentConfig` that trains it (data,
-    model, optimisation) and that fixes the r_nt(L) decodes: ``model.decoders`` (greedy and
-    ancestral, i.e. the model's natural decoder), ``model.decode_max_len``,
-    ``model.num_decode_contexts`` validation contexts (the fixed random subset of Chapter 6).
+    model, optimisation) and that fixes the r_nt(L) decodes: ``model.decoding.decoders`` (greedy and
+    ancestral, i.e. the model's natural decoder), ``model.decoding.decode_max_len``,
+    ``model.decoding.num_decode_contexts`` validation contexts (the fixed random subset of Chapter 6).
 
     Teacher-forced evaluation on ``eval_split`` (Martins et al. (2020) Tables 2, 4, 5), every
     scored token, ``eval_batch_size`` sequences per batch: the decoders ``decoders``, one token
@@ -239,8 +239,8 @@ class SparseConfig:
 
     def describe(self) -> str:
         """One line: loss, decoders, r_nt horizon."""
-        return (f"{self.label}; teacher-forced decoders {','.join(self.decoders)}; r_nt({self.model.decode_max_len}) "
-                f"for {','.join(self.model.decoders)}")
+        return (f"{self.label}; teacher-forced decoders {','.join(self.decoders)}; r_nt({self.model.decoding.decode_max_len}) "
+                f"for {','.join(self.model.decoding.decoders)}")
 
     def evaluation_dict(self) -> dict:
         """The evaluation settings as a JSON-ready dict."""
@@ -607,12 +607,12 @@ def evaluate_sparse(run: TrainedRun, config: SparseConfig, *, results_dir=None, 
                                         max_len=config.distinct_max_len, ns=config.distinct_n,
                                         seed=config.eval_seed, vocab=data.vocab, log=log))
     decoding = dict(parts.get("decoding", {}))
-    for name in config.model.decoders:
+    for name in config.model.decoding.decoders:
         if name in decoding:
             continue
-        res = decode_at_scale(model, contexts, name, max_len=config.model.decode_max_len, seed=config.model.seed,
-                              batch_size=config.model.decode_batch_size, vocab=data.vocab, progress=progress)
-        say(f"[decode] {config.key} {name}: r_nt({config.model.decode_max_len}) = {res['rnt'][-1]:.3f} "
+        res = decode_at_scale(model, contexts, name, max_len=config.model.decoding.decode_max_len, seed=config.model.seed,
+                              batch_size=config.model.decoding.decode_batch_size, vocab=data.vocab, progress=progress)
+        say(f"[decode] {config.key} {name}: r_nt({config.model.decoding.decode_max_len}) = {res['rnt'][-1]:.3f} "
             f"({res['wall_seconds']:.1f} s)")
         decoding[name] = res
         save_part("decoding", decoding)
@@ -641,7 +641,7 @@ def evaluate_sparse(run: TrainedRun, config: SparseConfig, *, results_dir=None, 
                   "distinct_sampling": f"one torch.Generator per decoder, seed "
                                        f"{config.eval_seed} + 104729 (i + 1)",
                   "rnt_sampling": m.seed, "decoding_contexts": 0,
-                  "substitute_split": m.substitute_seed},
+                  "substitute_split": m.data.substitute_seed},
         "provenance": training_provenance(run, command=command, started=started),
     }
     return result

@@ -70,6 +70,7 @@ from .config import (
     training_hash,
     validate_config,
 )
+from .config_sections import TemperatureOptions
 from .family import Family, register, run_family_suite
 from .temperature_analysis import (
     eos_temperature_by_distance,
@@ -178,7 +179,7 @@ class TemperatureConfig:
     (2020) Sec. 4).
 
     ``model``: the :class:`~nmst_lib.experiments.config.ExperimentConfig` that trains it (an RNN/LSTM,
-    with ``temperature`` and/or ``mixtures`` > 1) and fixes its r_nt(L) decodes (``model.decoders``,
+    with ``temperature`` and/or ``mixtures`` > 1) and fixes its r_nt(L) decodes (``model.decoding.decoders``,
     ``decode_max_len``, the contexts of Chapter 6). ``evaluation``: a dict of the settings of
     :data:`TEMPERATURE_EVALUATION_DEFAULTS` (missing keys take the defaults; unknown keys are an
     error)."""
@@ -227,11 +228,12 @@ class TemperatureConfig:
     @property
     def has_temperature(self) -> bool:
         """True when the model has a contextual temperature (False for the plain MoS model)."""
-        return self.model.temperature is not None
+        t = self.model.temperature
+        return t is not None and t.normalisation is not None
 
     def describe(self) -> str:
         """One line: label, decoders, r_nt horizon."""
-        return f"{self.label}; decoders {','.join(self.model.decoders)}; L = {self.model.decode_max_len}"
+        return f"{self.label}; decoders {','.join(self.model.decoding.decoders)}; L = {self.model.decoding.decode_max_len}"
 
     def to_dict(self) -> dict:
         """``{"model": model.to_dict(), "evaluation": evaluation}``."""
@@ -361,7 +363,7 @@ def _monitor_every(config: TemperatureConfig, data) -> int:
     """Optimizer steps between monitor records: the batches of epoch 1 / ``monitor_per_epoch``, rounded
     up (one optimizer step per batch)."""
     m = config.model
-    batches = D.bucket_batches(data.train.lengths, m.batch_size, max_tokens=m.max_batch_tokens, shuffle=True,
+    batches = D.bucket_batches(data.train.lengths, m.training.batch_size, max_tokens=m.training.max_batch_tokens, shuffle=True,
                                generator=D.epoch_generator(m.seed, 0))
     return max(1, math.ceil(len(batches) / config.evaluation["monitor_per_epoch"]))
 
@@ -403,6 +405,7 @@ def evaluate_temperature(run: TrainedRun, config: TemperatureConfig, *, tracking
 
     say = log or (lambda msg: None)
     model, data, ev, m = run.model, run.data, config.evaluation, config.model
+    t = m.temperature or TemperatureOptions()
     model.eval()
     base = evaluate_trained(run, progress=progress, log=log, command=command or command_line(), started=None)
     decode_seconds = sum(r["wall_seconds"] for r in base["decoding"].values())
@@ -410,19 +413,18 @@ def evaluate_temperature(run: TrainedRun, config: TemperatureConfig, *, tracking
     head = model.head
     rng = getattr(getattr(head, "temperature", None), "range", None)
     result = {
-        "model": {"label": config.label, "head": m.head, "eps": m.eps, "temperature": m.temperature,
-                  "a": m.temperature_a, "b": m.temperature_b, "lambda": m.temperature_lambda,
-                  "rank": m.temperature_rank, "mixtures": m.mixtures, "loss_scaling": m.loss_scaling,
-                  "detach_loss_scale": m.detach_loss_scale,
+        "model": {"label": config.label, "head": m.head, "eps": m.eps, "temperature": t.normalisation,
+                  "a": t.a, "b": t.b, "lambda": t.lam, "rank": t.rank, "mixtures": t.mixtures,
+                  "loss_scaling": t.loss_scaling, "detach_loss_scale": t.detach_loss_scale,
                   "range": list(rng) if rng is not None else None, "head_name": getattr(head, "name", None),
                   # with an ST/NMST base the eos logit is not tempered: its tau column exists but is unused
-                  "eos_tempered": m.temperature is not None and m.head == "va",
+                  "eos_tempered": t.normalisation is not None and m.head == "va",
                   "training_hash": training_hash(m), "checkpoint": Path(run.checkpoint).name},
         **base,
     }
     result["metrics"] = dict(result["metrics"])
     # with loss scaling the history's train_loss is the scaled objective (NLL x mean tau); perplexities never are
-    result["metrics"]["train_loss_is_scaled"] = bool(m.loss_scaling)
+    result["metrics"]["train_loss_is_scaled"] = bool(t.loss_scaling)
     if config.has_temperature:
         tracking = tracking if tracking is not None else _tracking(config, data)
         result["metrics"]["history"] = _history_with_temperature(run.history, run.monitor_log)

@@ -120,22 +120,22 @@ _TOKENIZER_CACHE: dict = {}
 
 
 def load_corpus(config: ExperimentConfig, directory=None) -> D.Corpus:
-    """The corpus named by ``config.data_source`` (cached per process and local folder; see
+    """The corpus named by ``config.data.data_source`` (cached per process and local folder; see
     :func:`nmst_lib.data.load_wikitext2` for where the data comes from: ``directory``,
     ``$NMST_WIKITEXT_DIR``, ``$NMST_DATA_DIR/wikitext-2``, else the hub). For GPT-2 (Chapter 7,
-    07_gpt2) the raw, detokenised text of ``config.dataset``
+    07_gpt2) the raw, detokenised text of ``config.data.dataset``
     (:func:`nmst_lib.data.load_wikitext_raw`)."""
     folder = D.wikitext_dir(directory)
     where = None if folder is None else str(folder.resolve())
     if config.arch == "gpt2":
-        key = ("raw", config.dataset, config.data_source, where, config.substitute_seed)
+        key = ("raw", config.data.dataset, config.data.data_source, where, config.data.substitute_seed)
         if key not in _CORPUS_CACHE:
-            _CORPUS_CACHE[key] = D.load_wikitext_raw(config.dataset, config.data_source, directory,
-                                                     substitute_seed=config.substitute_seed)
+            _CORPUS_CACHE[key] = D.load_wikitext_raw(config.data.dataset, config.data.data_source, directory,
+                                                     substitute_seed=config.data.substitute_seed)
         return _CORPUS_CACHE[key]
-    key = (config.data_source, where, config.substitute_seed)
+    key = (config.data.data_source, where, config.data.substitute_seed)
     if key not in _CORPUS_CACHE:
-        _CORPUS_CACHE[key] = D.load_wikitext2(config.data_source, directory, substitute_seed=config.substitute_seed)
+        _CORPUS_CACHE[key] = D.load_wikitext2(config.data.data_source, directory, substitute_seed=config.data.substitute_seed)
     return _CORPUS_CACHE[key]
 
 
@@ -176,25 +176,26 @@ def build_vocabulary_for(config: ExperimentConfig, train_lines: list[str]):
     frequent words (``vocab_kind`` word), or ``vocab_cap`` BPE pieces learned on them
     (``vocab_kind`` bpe, :func:`nmst_lib.data.learn_subword_vocabulary`). Chapter 6,
     06_wikitext, "The data"."""
-    if config.vocab_kind == "bpe":
+    if config.data.vocab_kind == "bpe":
         from ..data.subwords import learn_subword_vocabulary
 
-        return learn_subword_vocabulary(train_lines, config.vocab_cap)
-    return D.build_vocabulary(train_lines, cap=config.vocab_cap)
+        return learn_subword_vocabulary(train_lines, config.data.vocab_cap)
+    return D.build_vocabulary(train_lines, cap=config.data.vocab_cap)
 
 
 def _lines(corpus: D.Corpus, split: str, config: ExperimentConfig) -> list[str]:
-    """The lines of ``split``, without WikiText's ``<unk>`` markers when ``config.drop_unk``."""
+    """The lines of ``split``, without WikiText's ``<unk>`` markers when ``config.data.drop_unk``."""
     lines = corpus.split(split)
-    return D.drop_unk_markers(lines) if config.drop_unk else lines
+    return D.drop_unk_markers(lines) if config.data.drop_unk else lines
 
 
 def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> PreparedData:
-    """Vocabulary from the training lines (capped at ``config.vocab_cap``), continuation-task
-    sequences of every split (k = ``config.context_len``), the training sequences cut to
-    ``config.max_train_tokens`` (validation and test to ``config.max_eval_tokens``), and a provenance dict (Chapter 6, 06_wikitext, "The data").
+    """Vocabulary from the training lines (capped at ``config.data.vocab_cap``), continuation-task
+    sequences of every split (k = ``config.data.context_len``), the training sequences cut to
+    ``config.data.max_train_tokens`` (validation and test to ``config.data.max_eval_tokens``), and a
+    provenance dict (Chapter 6, 06_wikitext, "The data").
     For GPT-2 (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7, 07_gpt2) the raw text of
-    ``config.dataset`` tokenised with GPT-2's BPE (vocabulary fixed at the tokenizer's, eos
+    ``config.data.dataset`` tokenised with GPT-2's BPE (vocabulary fixed at the tokenizer's, eos
     ``<|endoftext|>`` appended, lines of at most k or more than 1,024 tokens dropped; cached on
     disk by :func:`nmst_lib.data.bpe_sequences_cached`).
     Raises ValueError when a split has no usable sequence."""
@@ -205,23 +206,23 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
         vocab = D.TokenizerVocabulary(tokenizer)
 
         def sequences(lines):
-            return D.bpe_sequences_cached(lines, tokenizer, context_len=config.context_len,
+            return D.bpe_sequences_cached(lines, tokenizer, context_len=config.data.context_len,
                                           max_len=GPT2_MAX_POSITIONS)
     else:
         vocab = build_vocabulary_for(config, _lines(corpus, "train", config))
 
         def sequences(lines):
-            return D.make_sequences(lines, vocab, config.context_len)
+            return D.make_sequences(lines, vocab, config.data.context_len)
     splits = {}
     for name in D.SPLITS:
         seqs = sequences(_lines(corpus, name, config))
         if len(seqs) == 0:
-            raise ValueError(f"the {name} split has no line longer than context_len={config.context_len} tokens: "
+            raise ValueError(f"the {name} split has no line longer than context_len={config.data.context_len} tokens: "
                              "nothing to train or evaluate on; check the data source or lower context_len")
         splits[name] = seqs
-    splits["train"] = _truncate(splits["train"], config.max_train_tokens, "max_train_tokens")
-    splits["valid"] = _truncate(splits["valid"], config.max_eval_tokens, "max_eval_tokens")
-    splits["test"] = _truncate(splits["test"], config.max_eval_tokens, "max_eval_tokens")
+    splits["train"] = _truncate(splits["train"], config.data.max_train_tokens, "max_train_tokens")
+    splits["valid"] = _truncate(splits["valid"], config.data.max_eval_tokens, "max_eval_tokens")
+    splits["test"] = _truncate(splits["test"], config.data.max_eval_tokens, "max_eval_tokens")
     desc = corpus.description.to_dict()
     desc["sequences"] = {
         name: {"num_sequences": len(s), "num_tokens": s.num_tokens, "num_scored_tokens": s.num_target_tokens}
@@ -235,13 +236,13 @@ def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> Pr
     else:
         for name, s in splits.items():
             desc["sequences"][name]["unk_rate"] = float((s.tokens == vocab.unk_id).double().mean())
-        desc["vocabulary"] = {"size": len(vocab), "cap": config.vocab_cap, "fingerprint": vocab.fingerprint,
+        desc["vocabulary"] = {"size": len(vocab), "cap": config.data.vocab_cap, "fingerprint": vocab.fingerprint,
                               "built_from": "train split (after substitution, before max_train_tokens)"}
-        if config.vocab_kind != "word":
-            desc["vocabulary"]["kind"] = f"{config.vocab_kind} pieces learned with tokenizers"
-        if config.drop_unk:
+        if config.data.vocab_kind != "word":
+            desc["vocabulary"]["kind"] = f"{config.data.vocab_kind} pieces learned with tokenizers"
+        if config.data.drop_unk:
             desc["unk_markers"] = "deleted from every split before the vocabulary was built (drop_unk)"
-    desc["context_len"] = config.context_len
+    desc["context_len"] = config.data.context_len
     return PreparedData(vocab, splits["train"], splits["valid"], splits["test"], desc)
 
 
@@ -249,62 +250,63 @@ def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM | 
     """The model and output layer that ``config`` names (Choi, Cho, Lee (2023) App. D; the
     entmax heads of Chapter 8, 08_sparse, with ``config.alpha``; Chapter 9, 09_temperature: the
     base head wrapped by ``nmst_lib.temperature.contextual_head`` with the config's
-    ``temperature*``, ``loss_scaling`` and ``mixtures`` fields, Contextual Temperature (2020)
+    ``temperature`` section, Contextual Temperature (2020)
     eq. 5-7, when a temperature or a mixture is set).
 
     GPT-2 (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7, 07_gpt2): ``GPT2LM.from_pretrained(
-    config.pretrained)`` (its n_embd and n_layer must equal ``hidden`` and ``layers``, its
-    vocabulary ``vocab_size``; dropout set to ``config.dropout``), or, with ``pretrained=None``, a
+    config.gpt2.pretrained)`` (its n_embd and n_layer must equal ``hidden`` and ``layers``, its
+    vocabulary ``vocab_size``; dropout set to ``config.model.dropout``), or, with ``pretrained=None``, a
     randomly initialised GPT-2 with n_embd = ``hidden``, n_layer = ``layers``, n_head =
     ``attn_heads``, 1,024 positions, eos = bos = ``vocab_size - 1`` and every dropout
-    (residual, embedding, attention) = ``config.dropout``."""
+    (residual, embedding, attention) = ``config.model.dropout``."""
     config = validate_config(config)
     kwargs = {} if config.alpha is None else {"alpha": config.alpha}
     head = head_from_name(config.head, eps=config.eps, **kwargs)
-    if config.temperature is not None or config.mixtures != 1:  # Chapter 9 (09_temperature)
+    t = config.temperature
+    if t is not None:  # Chapter 9 (09_temperature): a contextual temperature and/or a mixture
         from ..temperature import contextual_head
 
-        head = contextual_head(head, config.hidden, vocab_size, normalisation=config.temperature,
-                               a=config.temperature_a, b=config.temperature_b, lam=config.temperature_lambda,
-                               rank=config.temperature_rank, mixtures=config.mixtures,
-                               loss_scaling=config.loss_scaling, detach_loss_scale=config.detach_loss_scale)
+        head = contextual_head(head, config.model.hidden, vocab_size, normalisation=t.normalisation, a=t.a,
+                               b=t.b, lam=t.lam, rank=t.rank, mixtures=t.mixtures,
+                               loss_scaling=t.loss_scaling, detach_loss_scale=t.detach_loss_scale)
+    m = config.model
     if config.arch != "gpt2":
-        return build_model(config.arch, vocab_size, hidden=config.hidden, layers=config.layers,
-                           dropout=config.dropout, head=head)
-    if config.pretrained is None:
-        return GPT2LM.from_config(head=head, n_embd=config.hidden, n_layer=config.layers, n_head=config.attn_heads,
-                                  n_positions=GPT2_MAX_POSITIONS, vocab_size=vocab_size, bos_token_id=vocab_size - 1,
-                                  eos_token_id=vocab_size - 1, resid_pdrop=config.dropout, embd_pdrop=config.dropout,
-                                  attn_pdrop=config.dropout)
-    model = GPT2LM.from_pretrained(config.pretrained, head=head)
+        return build_model(config.arch, vocab_size, hidden=m.hidden, layers=m.layers, dropout=m.dropout,
+                           head=head)
+    if config.gpt2.pretrained is None:
+        return GPT2LM.from_config(head=head, n_embd=m.hidden, n_layer=m.layers, n_head=config.gpt2.attn_heads,
+                                  n_positions=GPT2_MAX_POSITIONS, vocab_size=vocab_size,
+                                  bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1,
+                                  resid_pdrop=m.dropout, embd_pdrop=m.dropout, attn_pdrop=m.dropout)
+    model = GPT2LM.from_pretrained(config.gpt2.pretrained, head=head)
     hf = model.model.config
-    if (hf.n_embd, hf.n_layer, hf.vocab_size) != (config.hidden, config.layers, vocab_size):
-        raise ValueError(f"pretrained {config.pretrained!r} has n_embd {hf.n_embd}, n_layer {hf.n_layer}, vocabulary "
-                         f"{hf.vocab_size}; the config says hidden {config.hidden}, layers {config.layers} and the "
+    if (hf.n_embd, hf.n_layer, hf.vocab_size) != (config.model.hidden, config.model.layers, vocab_size):
+        raise ValueError(f"pretrained {config.gpt2.pretrained!r} has n_embd {hf.n_embd}, n_layer {hf.n_layer}, vocabulary "
+                         f"{hf.vocab_size}; the config says hidden {config.model.hidden}, layers {config.model.layers} and the "
                          f"data's vocabulary has {vocab_size} ids: set hidden/layers to the model's")
     for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
-        setattr(hf, name, config.dropout)
+        setattr(hf, name, config.model.dropout)
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
-            module.p = config.dropout
+            module.p = config.model.dropout
     return model
 
 
 def parameter_groups(model: torch.nn.Module, config: ExperimentConfig) -> list[dict]:
     """AdamW parameter groups (Loshchilov & Hutter 2019; Choi, Cho, Lee (2023) App. D; Chapter 7,
-    07_gpt2): one group with every parameter (weight decay ``config.weight_decay``) unless
-    ``config.no_decay_bias_norm``; then two groups, ``{"params": <parameters with ndim >= 2>,
-    "weight_decay": config.weight_decay}`` and ``{"params": <ndim < 2: biases, LayerNorm gains and
+    07_gpt2): one group with every parameter (weight decay ``config.training.weight_decay``) unless
+    ``config.training.no_decay_bias_norm``; then two groups, ``{"params": <parameters with ndim >= 2>,
+    "weight_decay": config.training.weight_decay}`` and ``{"params": <ndim < 2: biases, LayerNorm gains and
     biases>, "weight_decay": 0.0}`` (shared, e.g. tied, parameters counted once). Each group also
     has a ``"name"``."""
     config = validate_config(config)
-    if not config.no_decay_bias_norm:
-        return [{"params": list(model.parameters()), "weight_decay": config.weight_decay, "name": "all"}]
+    if not config.training.no_decay_bias_norm:
+        return [{"params": list(model.parameters()), "weight_decay": config.training.weight_decay, "name": "all"}]
     decay, no_decay = [], []
     for _, param in model.named_parameters():
         if param.requires_grad:
             (decay if param.ndim >= 2 else no_decay).append(param)
-    return [{"params": decay, "weight_decay": config.weight_decay, "name": "decay (ndim >= 2)"},
+    return [{"params": decay, "weight_decay": config.training.weight_decay, "name": "decay (ndim >= 2)"},
             {"params": no_decay, "weight_decay": 0.0, "name": "no decay (biases, LayerNorm)"}]
 
 
@@ -396,8 +398,8 @@ def selection_metric(config: ExperimentConfig) -> str:
 
 def _validation_score(config: ExperimentConfig, model: RecurrentLM, data: D.SequenceData) -> float:
     if selection_metric(config) == "val_ppl":
-        return evaluate_perplexity(model, data, config.batch_size * 2, config.max_batch_tokens)
-    return evaluate_loss(model, data, config.batch_size * 2, config.max_batch_tokens)
+        return evaluate_perplexity(model, data, config.training.batch_size * 2, config.training.max_batch_tokens)
+    return evaluate_loss(model, data, config.training.batch_size * 2, config.training.max_batch_tokens)
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -541,13 +543,13 @@ def _check_checkpoint_matches(ckpt: dict, config: ExperimentConfig, vocab, path:
 
 
 def _decay_horizon(config: ExperimentConfig, data: PreparedData) -> int:
-    """Optimizer steps of the linear schedule: ``config.lr_decay_steps``, else ``max_epochs`` x the
+    """Optimizer steps of the linear schedule: ``config.training.lr_decay_steps``, else ``max_epochs`` x the
     batches of epoch 1 (one optimizer step per batch)."""
-    if config.lr_decay_steps is not None:
-        return config.lr_decay_steps
-    batches = D.bucket_batches(data.train.lengths, config.batch_size, max_tokens=config.max_batch_tokens,
+    if config.training.lr_decay_steps is not None:
+        return config.training.lr_decay_steps
+    batches = D.bucket_batches(data.train.lengths, config.training.batch_size, max_tokens=config.training.max_batch_tokens,
                                shuffle=True, generator=D.epoch_generator(config.seed, 0))
-    return max(1, config.max_epochs * len(batches))
+    return max(1, config.training.max_epochs * len(batches))
 
 
 def _reseed_other_rank(config: ExperimentConfig, ctx: DistContext, opt_step: int) -> None:
@@ -604,13 +606,13 @@ class Trainer:
         self.write_path = _checkpoint_file(config, checkpoint_dir)
         seed_everything(config.seed)
         self.model = build_model_for(config, len(self.data.vocab)).to(self.device)
-        params = parameter_groups(self.model, config) if config.no_decay_bias_norm else self.model.parameters()
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas,
-                                           weight_decay=config.weight_decay)
+        params = parameter_groups(self.model, config) if config.training.no_decay_bias_norm else self.model.parameters()
+        self.optimizer = torch.optim.AdamW(params, lr=config.training.lr, betas=config.training.betas,
+                                           weight_decay=config.training.weight_decay)
         # Loss scaling under any CUDA autocast: float16 has 5 exponent bits, and the cuDNN RNN/LSTM runs in
         # float16 even under bfloat16 autocast (see autocast_dtype); with bfloat16 elsewhere it costs nothing.
         self.scaler = torch.amp.GradScaler(self.device.type) if autocast_dtype(self.device) is not None else None
-        self.prog = _Progress(lr=config.lr)
+        self.prog = _Progress(lr=config.training.lr)
         self.best_state = _clone_state(self.model)
         self.resumed_from = None
         self.monitor = monitor if ctx.is_main else None
@@ -638,8 +640,8 @@ class Trainer:
             self.say(f"[train] {config.key}: no checkpoint at {path}; starting from scratch")
         _reseed_other_rank(config, self.ctx, self.prog.opt_step)
         self._set_lr(self.prog.lr)
-        self.horizon = _decay_horizon(config, self.data) if config.lr_schedule == "linear" else None
-        distributed = self.ctx.distributed or config.grad_accum > 1
+        self.horizon = _decay_horizon(config, self.data) if config.training.lr_schedule == "linear" else None
+        distributed = self.ctx.distributed or config.training.grad_accum > 1
         self.loss_module = wrap_model(self.model, self.ctx) if distributed else None
         prog = self.prog
         if self.monitor is not None and prog.opt_step == 0 and not prog.monitor_log and not prog.finished:
@@ -664,7 +666,7 @@ class Trainer:
     @property
     def done(self) -> bool:
         """True when training has finished (early stop, ``max_epochs`` or ``max_steps``)."""
-        return self.prog.finished or self.prog.epoch >= self.config.max_epochs
+        return self.prog.finished or self.prog.epoch >= self.config.training.max_epochs
 
     def run_epoch(self) -> None:
         """One epoch of batches (or the rest of one) by :func:`_train_one_epoch`, then
@@ -687,9 +689,9 @@ class Trainer:
         epoch_no = prog.epoch + 1
         record = {"epoch": epoch_no, "lr": prog.lr, metric: score,
                   "train_loss": prog.epoch_loss_sum / max(prog.epoch_tokens, 1), "train_tokens": prog.epoch_tokens}
-        if config.lr_schedule != "plateau" or config.max_steps is not None or config.grad_accum != 1:
+        if config.training.lr_schedule != "plateau" or config.training.max_steps is not None or config.training.grad_accum != 1:
             record["optimizer_steps"] = prog.opt_step  # Chapter 7's runs; Chapter 6's records keep their keys
-        significant = _improves(score, prog.best_val_ppl, config.min_improvement)
+        significant = _improves(score, prog.best_val_ppl, config.training.min_improvement)
         if score < prog.best_val_ppl:  # the best weights are kept whatever the threshold
             prog.best_val_ppl, prog.best_epoch = score, epoch_no
             self.best_state = _clone_state(self.model)
@@ -697,19 +699,19 @@ class Trainer:
             prog.bad_epochs = 0
         else:
             prog.bad_epochs += 1
-            if config.lr_schedule == "plateau":
-                prog.lr *= config.lr_decay
+            if config.training.lr_schedule == "plateau":
+                prog.lr *= config.training.lr_decay
                 self._set_lr(prog.lr)
         prog.history.append(record)
         prog.epoch, prog.step, prog.epoch_loss_sum, prog.epoch_tokens = epoch_no, 0, 0.0, 0
-        prog.stopped_early = prog.bad_epochs >= config.patience
-        prog.finished = prog.stopped_early or prog.epoch >= config.max_epochs or prog.reached_max_steps
+        prog.stopped_early = prog.bad_epochs >= config.training.patience
+        prog.finished = prog.stopped_early or prog.epoch >= config.training.max_epochs or prog.reached_max_steps
         prog.train_seconds = time.perf_counter() - self.start_time
         self.checkpoint()
-        self.say(f"[train] {config.key}: epoch {epoch_no}/{config.max_epochs} train_loss {record['train_loss']:.4f} "
+        self.say(f"[train] {config.key}: epoch {epoch_no}/{config.training.max_epochs} train_loss {record['train_loss']:.4f} "
                  f"{metric} {score:.{2 if metric == 'val_ppl' else 4}f} lr {record['lr']:.2e}"
                  f"{' (best)' if prog.best_epoch == epoch_no else ''}"
-                 f"{f' (max_steps {config.max_steps} reached)' if prog.reached_max_steps else ''}")
+                 f"{f' (max_steps {config.training.max_steps} reached)' if prog.reached_max_steps else ''}")
 
     def finish(self) -> TrainedRun:
         """Mark the run finished (checkpoint), load the best weights, evaluate them on the
@@ -721,15 +723,15 @@ class Trainer:
         model = self.model
         model.load_state_dict(self.best_state)
         model.eval()
-        size = config.batch_size * 2
+        size = config.training.batch_size * 2
         if self.metric == "val_ppl":
-            val_ppl = evaluate_perplexity(model, data.valid, size, config.max_batch_tokens)
-            test_ppl = evaluate_perplexity(model, data.test, size, config.max_batch_tokens)
+            val_ppl = evaluate_perplexity(model, data.valid, size, config.training.max_batch_tokens)
+            test_ppl = evaluate_perplexity(model, data.test, size, config.training.max_batch_tokens)
             val_loss, test_loss = math.log(val_ppl), math.log(test_ppl)
         else:
             val_ppl = test_ppl = None
-            val_loss = evaluate_loss(model, data.valid, size, config.max_batch_tokens)
-            test_loss = evaluate_loss(model, data.test, size, config.max_batch_tokens)
+            val_loss = evaluate_loss(model, data.valid, size, config.training.max_batch_tokens)
+            test_loss = evaluate_loss(model, data.test, size, config.training.max_batch_tokens)
         return TrainedRun(config=config, model=model, data=data, history=list(prog.history),
                           best_epoch=prog.best_epoch, epochs_run=prog.epoch, stopped_early=prog.stopped_early,
                           val_ppl=val_ppl, test_ppl=test_ppl, train_seconds=prog.train_seconds,
@@ -840,21 +842,21 @@ def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progr
 
     ctx = ctx if ctx is not None else DistContext(device=device)
     epoch = prog.epoch  # 0-based index of the running epoch
-    batches = D.bucket_batches(data.train.lengths, config.batch_size, max_tokens=config.max_batch_tokens,
+    batches = D.bucket_batches(data.train.lengths, config.training.batch_size, max_tokens=config.training.max_batch_tokens,
                                shuffle=True, generator=D.epoch_generator(config.seed, epoch))
-    k = config.context_len
+    k = config.data.context_len
     total_tokens = data.train.num_target_tokens
     done_tokens = sum(int((data.train.lengths[b] - k).sum()) for b in batches[:prog.step])
     bar = tqdm(total=total_tokens, initial=done_tokens, unit="tok", unit_scale=True, disable=not progress,
-               desc=f"{config.label} epoch {epoch + 1}/{config.max_epochs}", leave=False, dynamic_ncols=True)
+               desc=f"{config.label} epoch {epoch + 1}/{config.training.max_epochs}", leave=False, dynamic_ncols=True)
     model.train()
     with bar:
         for i in range(prog.step, len(batches)):
-            if config.max_steps is not None and prog.opt_step >= config.max_steps:
+            if config.training.max_steps is not None and prog.opt_step >= config.training.max_steps:
                 prog.reached_max_steps = True
                 break
             if horizon is not None:  # linear schedule: the lr of this optimizer step
-                prog.lr = linear_lr(config.lr, prog.opt_step, horizon)
+                prog.lr = linear_lr(config.training.lr, prog.opt_step, horizon)
                 for group in optimizer.param_groups:
                     group["lr"] = prog.lr
             if loss_module is None:  # one process, one micro-batch: Chapter 6's step, bit for bit
@@ -872,11 +874,11 @@ def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progr
                 step_sum, n = _accumulate(config, data, batches[i], device, scaler, optimizer, loss_module, ctx)
             if scaler is not None:
                 scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.training.clip)
                 scaler.step(optimizer)
                 scaler.update()
             else:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.training.clip)
                 optimizer.step()
             prog.epoch_loss_sum += step_sum
             prog.epoch_tokens += n
@@ -894,7 +896,7 @@ def _train_one_epoch(config, model, optimizer, scaler, data, device, prog, progr
                 prog.train_seconds = time.perf_counter() - start_time
                 checkpoint()
         else:
-            if config.max_steps is not None and prog.opt_step >= config.max_steps:
+            if config.training.max_steps is not None and prog.opt_step >= config.training.max_steps:
                 prog.reached_max_steps = True
     if watch is not None and (not prog.monitor_log or prog.monitor_log[-1]["step"] != prog.opt_step):
         watch(epoch + prog.step / len(batches))  # the end of the epoch (or where max_steps stopped it)
@@ -908,9 +910,9 @@ def _accumulate(config, data, indices, device, scaler, optimizer, loss_module, c
     last one. An empty micro-batch runs one row weighted 0 (every process must call the same
     collectives). Returns the summed loss and the scored tokens of the whole batch (all
     processes), the numbers the step's logged loss is made of (Chapter 7, 07_gpt2)."""
-    k = config.context_len
+    k = config.data.context_len
     total = int((data.train.lengths[indices] - k).sum())  # scored tokens of the global batch: known everywhere
-    parts = shard_rows(indices, ctx.rank, ctx.world_size, config.grad_accum)
+    parts = shard_rows(indices, ctx.rank, ctx.world_size, config.training.grad_accum)
     optimizer.zero_grad(set_to_none=True)
     local_sum = 0.0
     for j, part in enumerate(parts):
