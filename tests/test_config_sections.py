@@ -220,3 +220,13 @@ def test_each_section_validates_itself():
                 gpt2=GPT2Options(attn_heads=2),
             )
         )
+
+
+def test_a_hidden_size_other_than_the_profiles_is_in_the_key():
+    from nmst_lib.experiments import make_config
+
+    assert make_config("cpu", "lstm", "va").key == "cpu-lstm-va-seed0"
+    assert make_config("cpu", "lstm", "va", hidden=162).key == "cpu-lstm-va-h162-seed0"
+    assert make_config("paper", "rnn", "va").key == "paper-rnn-va-seed0"  # 256 is paper's RNN size
+    assert make_config("paper", "lstm", "va", hidden=256).key == "paper-lstm-va-h256-seed0"
+    assert make_config("cpu", "gpt2", "va").key == "cpu-gpt2-va-seed0"

@@ -469,14 +469,16 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature():
         "cpu-lstm-va-ct-pow-l4-lsdet-seed0", "cpu-lstm-va-ct-shift-l3-lsdet-seed0",
         "cpu-lstm-va-ct-smax-a1-b0.5-lsdet-seed0", "cpu-lstm-va-mos3-seed0",
         "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed0",
-        "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed1", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed2"]
+        "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed1", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed2",
+        "cpu-lstm-va-h162-seed0", "cpu-lstm-va-h162-seed1", "cpu-lstm-va-h162-seed2"]
     # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
     assert [c.model.value("detach_loss_scale") for c in configs] == [True, True, False, False, True, True, True, False, True,
-                                                            True, True, True]
+                                                            True, True, True, False, False, False]
+    assert configs[-1].label == "VA+LSTM (hidden 162)"
     ch6 = make_config("cpu", "lstm", "va").to_dict()
     for c in configs:
         d = c.model.to_dict()
-        for k in set(ch6) - {"decoders", "head", "eps", "seed"}:
+        for k in set(ch6) - {"decoders", "head", "eps", "seed"} - ({"hidden"} if "-h162-" in c.key else set()):
             assert d[k] == ch6[k], (c.key, k)
         featured = (configs[0].key, configs[1].key, configs[3].key, configs[9].key)
         assert c.model.decoding.decoders == (T.CT_DECODERS if c.key in featured else ("greedy",))
@@ -514,7 +516,7 @@ def quick_suite(tmp_path_factory):
 def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
     out, ckpt, argv = quick_suite
     stored = T.load_temperature_results("quick", out)
-    assert [s.status for s in stored] == [CURRENT] * 10
+    assert [s.status for s in stored] == [CURRENT] * 11
     for s, c in zip(stored, T.temperature_suite_configs("quick")):
         d = s.data
         assert s.path == out / "temperature" / f"{c.key}.json"
@@ -528,7 +530,7 @@ def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
         assert list(d["decoding"]) == list(c.model.decoding.decoders)
         assert d["metrics"]["val_ppl"] > 1 and d["model"]["training_hash"] == training_hash(c.model)
     assert cli.main(argv) == 0  # everything current: skipped
-    assert capsys.readouterr().out.count("current, skipped") == 10
+    assert capsys.readouterr().out.count("current, skipped") == 11
 
 
 def test_quick_results_hold_what_the_chapter_draws(quick_suite):
@@ -626,13 +628,17 @@ def test_table_builders_on_synthetic_results():
     base = [_fake_baseline(c, v, v - 10, {"greedy": _dec(0.8), "beam-2": _dec(0.0)})
             for c, v in zip(T.baseline_configs("cpu"), (150.0, 152.0, 154.0, 160.0, 161.0, 162.0))]
     rows = T.temperature_table_rows(recs + [stale], base)
-    assert len(rows) == 2 + 10  # the centred model's three seeds make one row
+    assert len(rows) == 2 + 11  # the centred model's three seeds make one row, the matched VA's too
     va = rows[0]
     assert va["model"].startswith("VA+LSTM") and va["seeds"] == 3 and va["val ppl"] == pytest.approx(152.0)
     assert va["val ppl sd"] == pytest.approx(2.0) and va["test ppl"] == pytest.approx(142.0)
     assert rows[1]["model"].startswith("NMST+LSTM (eps=5e-04)") and rows[1]["val ppl"] == pytest.approx(161.0)
-    assert [r["key"] for r in rows[2:]] == [c.key for c in cs[:9]] + [",".join(c.key for c in cs[9:])]
-    centred = rows[-1]  # seeds 0-2 of the (a, b) = (1/2, 1) model: val ppl 109, 110, 111
+    assert [r["key"] for r in rows[2:]] == ([c.key for c in cs[:9]] + [",".join(c.key for c in cs[9:12])]
+                                            + [",".join(c.key for c in cs[12:])])
+    matched = rows[-1]  # seeds 0-2 of the parameter-matched VA: val ppl 112, 113, 114
+    assert matched["model"] == "VA+LSTM (hidden 162)" and matched["val ppl"] == pytest.approx(113.0)
+    assert matched["params"] != va["params"]
+    centred = rows[-2]  # seeds 0-2 of the (a, b) = (1/2, 1) model: val ppl 109, 110, 111
     assert centred["seeds"] == 3 and centred["val ppl"] == pytest.approx(110.0)
     assert centred["val ppl sd"] == pytest.approx(1.0) and rows[2]["seeds"] == 1
     norm = T.normalisation_table_rows(recs)
@@ -645,8 +651,8 @@ def test_table_builders_on_synthetic_results():
     rnt = T.temperature_rnt_rows(recs, base)
     assert {r["decoder"] for r in rnt} == {"greedy", "top-2"}  # the baselines' beam-2 is left out
     assert sum(r["model"].startswith("VA+LSTM, seed") for r in rnt) == 3
-    assert sum(r["model"].endswith(", seed 1") or r["model"].endswith(", seed 2") for r in rnt) == 2  # greedy each
-    assert [c.model.seed for c in cs] == [0] * 10 + [1, 2]
+    assert sum(r["model"].endswith(", seed 1") or r["model"].endswith(", seed 2") for r in rnt) == 4  # greedy each
+    assert [c.model.seed for c in cs] == [0] * 10 + [1, 2] + [0, 1, 2]
     assert [r["r_nt(L)"] for r in rnt if r["key"] == cs[0].key] == [0.5, 0.1]
     curves = T.temperature_rnt_curves(recs, base)
     assert len(curves) == len(rnt) and curves[0]["rnt"] == [1.0, 0.8]
@@ -676,3 +682,27 @@ def test_cli_errors(tmp_path, capsys):
     assert cli.main(["temperature", "--profile", "cpu", "--dry-run", "--only", ",", "--out", str(tmp_path)]) == 2
     with pytest.raises(TypeError, match="predicate"):
         T.run_temperature_suite("quick", only=3, results_dir=tmp_path)
+
+
+def test_parameter_matched_va_is_the_closest_plain_lstm_to_ct_va():
+    """Chapter 9's parameter-matched baseline: the plain VA LSTM whose parameter count is the
+    closest to CT-VA's (its neighbours H - 1 and H + 1 are farther), counted on the model the
+    config builds; the cpu suite trains it with as many seeds as the centred model."""
+    from nmst_lib.experiments import temperature_suite as T
+    from nmst_lib.experiments.trainer import build_model_for
+
+    cpu = T.temperature_suite_configs("cpu")
+    ct = cpu[0].model
+    V = T.vocabulary_size_of(ct)
+    assert V == ct.data.vocab_cap + 3
+    assert T.parameter_count(ct, V) == sum(p.numel() for p in build_model_for(ct, V).parameters())
+    H = T.parameter_matched_hidden(ct, V)
+    matched = [c.model for c in cpu if c.model.model.hidden == H]
+    assert [m.seed for m in matched] == [0, *T.CENTRED_EXTRA_SEEDS["cpu"]]
+    assert all(m.head == "va" and m.temperature is None and m.key == f"cpu-lstm-va-h{H}-seed{m.seed}"
+               for m in matched)
+    want = T.parameter_count(ct, V)
+    gap = lambda h: abs(T.parameter_count(matched[0].replace(hidden=h), V) - want)
+    assert gap(H) <= gap(H - 1) and gap(H) <= gap(H + 1)
+    assert gap(H) / want < 0.01 and H > ct.model.hidden
+    assert T.vocabulary_size_of(ct.replace(vocab_kind="bpe", vocab_cap=4000)) == 4000

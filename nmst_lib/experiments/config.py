@@ -259,7 +259,8 @@ class ExperimentConfig:
     @property
     def key(self) -> str:
         """File-name key: profile, arch, head, eps, alpha, seed (the identity
-        of a run in a suite), e.g. ``cpu-lstm-nmst-eps5e-4-seed0``,
+        of a run in a suite; the hidden size when it is not the profile's),
+        e.g. ``cpu-lstm-nmst-eps5e-4-seed0``,
         ``cpu-lstm-entmax-a1.5-seed0``,
         ``cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0``; eps with as many digits as
         it needs (``cpu-gpt2-st-eps2.5e-3-seed0``, not ``eps3e-3``)."""
@@ -277,7 +278,18 @@ class ExperimentConfig:
         )
         vocab += "-nounk" if data.drop_unk else ""
         ident = f"{self.profile}-{self.arch}-{self.head}{eps}{alpha}"
-        return f"{ident}{self._temperature_key()}{vocab}-seed{self.seed}"
+        size = self._hidden_key()
+        return f"{ident}{self._temperature_key()}{size}{vocab}-seed{self.seed}"
+
+    def _hidden_key(self) -> str:
+        """``-h{hidden}`` for an RNN/LSTM whose hidden size is not its
+        profile's (Chapter 9's parameter-matched VA,
+        ``cpu-lstm-va-h160-seed0``); empty for every other config."""
+        if self.arch == "gpt2" or self.profile not in _PROFILE_DEFAULTS:
+            return ""
+        table = _PROFILE_DEFAULTS[self.profile]
+        default = table[self.arch].get("hidden", table["common"].get("hidden"))
+        return "" if self.model.hidden == default else f"-h{self.model.hidden}"
 
     def _temperature_key(self) -> str:
         """The Chapter 9 (09_temperature) part of :attr:`key`: ``-mos{M}`` for
@@ -344,6 +356,8 @@ class ExperimentConfig:
                 parts.append("LS detached")
             if t.rank is not None and t.rank != self.model.hidden // 2:
                 parts.append(f"Q={t.rank}")
+        if self._hidden_key():  # Chapter 9's parameter-matched VA
+            parts.append(f"hidden {self.model.hidden}")
         extra = f" ({', '.join(parts)})" if parts else ""
         return f"{head}+{self.arch.upper()}{extra}"
 

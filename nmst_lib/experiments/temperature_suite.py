@@ -49,6 +49,7 @@ CLI: ``python -m nmst_lib temperature --profile {quick,cpu,paper}``.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -101,6 +102,9 @@ __all__ = [
     "temperature_config_hash",
     "temperature_config_from_dict",
     "temperature_suite_configs",
+    "vocabulary_size_of",
+    "parameter_count",
+    "parameter_matched_hidden",
     "baseline_configs",
     "load_baselines",
     "frequency_ranks",
@@ -179,7 +183,7 @@ class TemperatureConfig:
     (2020) Sec. 4).
 
     ``model``: the :class:`~nmst_lib.experiments.config.ExperimentConfig` that trains it (an RNN/LSTM,
-    with ``temperature`` and/or ``mixtures`` > 1) and fixes its r_nt(L) decodes (``model.decoding.decoders``,
+    with ``temperature`` and/or ``mixtures`` > 1, or the plain parameter-matched VA) and fixes its r_nt(L) decodes (``model.decoding.decoders``,
     ``decode_max_len``, the contexts of Chapter 6). ``evaluation``: a dict of the settings of
     :data:`TEMPERATURE_EVALUATION_DEFAULTS` (missing keys take the defaults; unknown keys are an
     error)."""
@@ -274,7 +278,9 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
     sigmoid without LS; CT-VA sigmoid with the literal eq. 7 LS; CT-VA power-tanh lambda 4 + LS; CT-VA
     shifted-tanh lambda 3 + LS; CT-VA softmax + LS; MoS M = 3; CT-MoS M = 3 sigmoid + LS (Contextual
     Temperature (2020) eq. 5-7, Tables 3-4); CT-VA sigmoid with (a, b) = (1/2, 1) + LS (range
-    [1/2, 3/2], starting from T = 1). "LS" is the loss scaling of Sec. 3.3 with its factor
+    [1/2, 3/2], starting from T = 1), with :data:`CENTRED_EXTRA_SEEDS` more seeds; then the plain VA
+    LSTM with CT-VA's parameter count (:func:`parameter_matched_hidden`: a hidden size about 1.27
+    times CT-VA's), with as many seeds. "LS" is the loss scaling of Sec. 3.3 with its factor
     detached (``detach_loss_scale``: a constant weight per position, the gradient the paper's own softmax
     normalisation gives, whose mean temperature is constant); the literal eq. 7, whose factor gradient
     pushes every sigmoid temperature to its floor a/b, is the fourth model, for Table 4.
@@ -308,9 +314,64 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
         model = make_config(profile, "lstm", head, e, 0, decoders=decoders, **fields_)
         out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
     # more seeds of the last model (greedy only), against the seed spread of Chapter 6's three VA LSTMs
+    centred = out[-1]
     for seed in CENTRED_EXTRA_SEEDS[profile]:
-        out.append(out[-1].replace(model=out[-1].model.replace(seed=seed, decoders=("greedy",))))
+        out.append(centred.replace(model=centred.model.replace(seed=seed, decoders=("greedy",))))
+    # the plain VA with CT-VA's parameter count (greedy only), as many seeds as the centred model
+    ct = out[0].model
+    hidden = parameter_matched_hidden(ct, vocabulary_size_of(ct))
+    for seed in (0, *CENTRED_EXTRA_SEEDS[profile]):
+        model = make_config(profile, "lstm", "va", None, seed, decoders=("greedy",), hidden=hidden)
+        out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
     return out
+
+
+def vocabulary_size_of(config: ExperimentConfig) -> int:
+    """The vocabulary size ``config`` trains with, known before its data is read: ``vocab_cap``
+    words + ``<unk>``, ``<pad>``, ``<eos>`` (word vocabularies), ``vocab_cap`` pieces, specials
+    included (BPE), or WikiText-2's 33,278 words + the three specials when uncapped (the
+    ``paper`` profile; the substitute split's own count differs a little)."""
+    from .choices import WIKITEXT2_SIZES
+
+    cap = config.data.vocab_cap
+    if cap is None:
+        return WIKITEXT2_SIZES["vocab_size"] + 3
+    return cap if config.data.vocab_kind == "bpe" else cap + 3
+
+
+def parameter_count(config: ExperimentConfig, vocab_size: int) -> int:
+    """Trainable parameters of the model ``config`` builds for ``vocab_size`` ids (embedding and
+    output layer tied; Chapter 9's temperature or mixture layers included)."""
+    from .trainer import build_model_for
+
+    vocab_size = check_positive_int(vocab_size, "vocab_size")
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = build_model_for(config, vocab_size)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+@functools.lru_cache(maxsize=32)
+def parameter_matched_hidden(target: ExperimentConfig, vocab_size: int) -> int:
+    """The hidden size H of a plain VA model of ``target``'s arch and layers (head va, no
+    temperature, no mixture) whose parameter count is closest to ``target``'s: the baseline that
+    tells a better perplexity from more parameters (Contextual Temperature (2020) built MoS+ for
+    this reason; Chapter 9, 09_temperature). Counts grow with H, so H is found by bisection;
+    ties go to the smaller H."""
+    want = parameter_count(target, vocab_size)
+    plain = target.replace(head="va", eps=None, temperature=None, temperature_a=None, temperature_b=None,
+                           temperature_lambda=None, temperature_rank=None, loss_scaling=False,
+                           detach_loss_scale=False, mixtures=1)
+
+    def count(h: int) -> int:
+        return parameter_count(plain.replace(hidden=h), vocab_size)
+
+    lo, hi = 1, 2 * target.model.hidden
+    while count(hi) < want:
+        hi *= 2
+    while hi - lo > 1:  # count(lo) < want <= count(hi), or lo = 1
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if count(mid) < want else (lo, mid)
+    return lo if want - count(lo) <= count(hi) - want else hi
 
 
 def baseline_configs(profile: str) -> list[ExperimentConfig]:
