@@ -6,16 +6,17 @@
 #                            the real data run in step 9, where the data is
 #   3. system packages       Debian's chromium + chromium-driver (browser checks) and bubblewrap
 #                            (the grading sandbox) if absent
-#   4. website               jupyter-book build, zero warnings; it executes every chapter with
-#                            raise_on_error, which is what nbval checked a second time before
-#   5. PDF                   the whole book through LaTeX (scripts/pdf.sh; installs Debian's TeX if absent)
-#   6. course edition        the site without solutions (reuses the execution cache)
-#   7. classroom kit         every assignment built with otter-grader
-#   8. Colab simulation      each chapter alone in a fresh Python, installing the wheel offline
-#   9. main pytest run       the site checks in a real browser (tests/site), the classroom grading
+#   4. classroom kit         every assignment built with otter-grader
+#   5. website               jupyter-book build, zero warnings; it executes every chapter with
+#                            raise_on_error, which is what nbval checked a second time before;
+#      Colab simulation      side by side with the website (independent, one process each): each
+#                            chapter alone in a fresh Python, installing the wheel offline
+#   6. PDF                   the whole book through LaTeX (scripts/pdf.sh; installs Debian's TeX if absent)
+#   7. course edition        the site without solutions (reuses the execution cache)
+#   8. main pytest run       the site checks in a real browser (tests/site), the classroom grading
 #                            (tests/classroom), and the real-data tests skipped in step 2
 # Each stage's time is printed at the end of the run (also when a stage fails).
-# Extra arguments go to the pytest of step 9. `pytest --nbval-lax chapters/NN_x.ipynb` still
+# Extra arguments go to the pytest of step 8. `pytest --nbval-lax chapters/NN_x.ipynb` still
 # executes one chapter as a test while writing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,6 +45,26 @@ stage() {  # stage NAME COMMAND...: run it, record its time whether it passes or
   return $status
 }
 
+side_by_side() {  # side_by_side NAME1 FUNCTION1 NAME2 FUNCTION2: two independent stages at once,
+  # each's output kept in its own log and printed when both have ended; each timed, both recorded
+  local n1=$1 f1=$2 n2=$3 f2=$4 start l1 l2 s1 t1 s2 t2
+  start=$(date +%s); l1=$(mktemp); l2=$(mktemp)
+  echo "[test] === $n1 and $n2, side by side (their output follows when both have ended) ==="
+  ( t=$(date +%s); st=0; "$f1" >"$l1" 2>&1 || st=$?; echo "$st $(( $(date +%s) - t ))" >"$l1.rc" ) &
+  local p1=$!
+  ( t=$(date +%s); st=0; "$f2" >"$l2" 2>&1 || st=$?; echo "$st $(( $(date +%s) - t ))" >"$l2.rc" ) &
+  local p2=$!
+  wait "$p1" || true; wait "$p2" || true
+  read -r s1 t1 <"$l1.rc" || { s1=1; t1=0; }
+  read -r s2 t2 <"$l2.rc" || { s2=1; t2=0; }
+  echo "[test] --- $n1 ---"; cat "$l1"; echo "[test] --- $n2 ---"; cat "$l2"
+  rm -f "$l1" "$l2" "$l1.rc" "$l2.rc"
+  timings+=("$(printf '%-22s %6d' "$n1" "$t1")$([ "$s1" = 0 ] || echo "   FAILED ($s1)")")
+  timings+=("$(printf '%-22s %6d' "$n2" "$t2")$([ "$s2" = 0 ] || echo "   FAILED ($s2)")")
+  timings+=("$(printf '%-22s %6d' "  (side by side)" $(( $(date +%s) - start )))")
+  [ "$s1" = 0 ] && [ "$s2" = 0 ]
+}
+
 install_system_packages() {
   # A real browser for the site checks (Debian's chromium + chromedriver), and bubblewrap, the
   # sandbox that grades the classroom kit's submissions (tests/classroom).
@@ -69,21 +90,23 @@ echo "[test] ${#skipped[@]} unit tests skipped in the plain clone run again belo
 
 stage system-packages install_system_packages
 
-# Build the website first (it executes every chapter); the browser tests check the result.
-stage book bash scripts/book.sh
+# The classroom kit: every assignment's student, instructor and autograder editions (otter-grader);
+# tests/classroom grades three submissions per assignment with the built autograders, and the Colab
+# simulation runs the built student editions.
+stage assignments bash scripts/assignments.sh
+export NMST_REQUIRE_ASSIGNMENTS=1
+
+# The website (it executes every chapter; the browser tests check the result) and the Colab
+# simulation (each chapter alone in an empty folder, in a fresh Python with torch but without
+# nmst_lib, network cut, its first cell installing the freshly built wheel) are independent and
+# each runs one process at a time: on two cores they run side by side.
+book() { bash scripts/book.sh; }
+colab_simulation() { bash scripts/colab_sim.sh; }
+side_by_side book book colab-simulation colab_simulation
 # The book as a PDF (scripts/pdf.sh: installs Debian's TeX if missing, reuses the execution cache).
 stage pdf bash scripts/pdf.sh
 # The course edition of the site (no solution dropdowns; reuses the execution cache just filled).
 stage course-book bash scripts/book.sh --course
-
-# The classroom kit: every assignment's student, instructor and autograder editions (otter-grader);
-# tests/classroom grades three submissions per assignment with the built autograders.
-stage assignments bash scripts/assignments.sh
-export NMST_REQUIRE_ASSIGNMENTS=1
-
-# Colab simulation: each chapter alone in an empty folder, in a fresh Python with torch but without
-# nmst_lib, network cut, its first cell installing the freshly built wheel (about 3 minutes).
-stage colab-simulation bash scripts/colab_sim.sh
 
 export NMST_REQUIRE_SITE=1   # site tests fail (instead of skipping) when the build is missing
 # Two workers; --dist loadfile keeps each test file (and its browser and module fixtures) on one.
