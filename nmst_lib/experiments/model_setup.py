@@ -23,13 +23,10 @@ from ..models import GPT2LM, RecurrentLM, build_model
 from .config import GPT2_MAX_POSITIONS, ExperimentConfig, validate_config
 
 __all__ = [
-    "autocast_dtype",
-    "build_model_for",
-    "default_device",
-    "linear_lr",
-    "parameter_groups",
-    "seed_everything",
+    "autocast_dtype", "build_model_for", "default_device", "linear_lr",
+    "parameter_groups", "seed_everything",
 ]
+
 
 def default_device() -> torch.device:
     """CUDA when available, else CPU (same code path on both)."""
