@@ -172,7 +172,7 @@ def experiment():
             opt.step()
         return model.eval()
 
-    from nmst_lib.experiments.trainer import evaluate_perplexity
+    from nmst_lib.experiments.evaluation import evaluate_perplexity
     from nmst_lib.metrics import non_termination_ratio
 
     contexts = exp.valid.contexts(range(len(exp.valid)))

@@ -29,7 +29,7 @@ from nmst_lib.experiments.distributed import (
     torchrun_command,
 )
 
-train_module = importlib.import_module("nmst_lib.experiments.trainer")
+preparation = importlib.import_module("nmst_lib.experiments.preparation")
 REPO = Path(__file__).resolve().parents[1]
 
 LOSS_TOLERANCE = 1e-4
@@ -61,7 +61,7 @@ def tiny_gpt2_env(tmp_path_factory):
 
         tok = GPT2Tokenizer.from_pretrained(str(tok_dir))
         # load_gpt2_tokenizer insists on GPT-2's 50,257 ids; the training code path is the same with 277
-        mp.setattr(train_module, "_gpt2_tokenizer", lambda: tok)
+        mp.setattr(preparation, "_gpt2_tokenizer", lambda: tok)
         yield root, tok_dir
 
 
@@ -72,7 +72,7 @@ DRIVER = textwrap.dedent("""
     from transformers import GPT2Tokenizer
     from nmst_lib.experiments import make_config, train
     from nmst_lib.experiments.distributed import init_distributed
-    T = sys.modules["nmst_lib.experiments.trainer"]
+    T = sys.modules["nmst_lib.experiments.preparation"]
     tok = GPT2Tokenizer.from_pretrained(sys.argv[2])
     T._gpt2_tokenizer = lambda: tok
     norms, clip = [], torch.nn.utils.clip_grad_norm_

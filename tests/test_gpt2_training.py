@@ -30,6 +30,7 @@ from nmst_lib.experiments import (
     suite_configs,
     train,
 )
+from nmst_lib.experiments import model_setup, preparation
 from nmst_lib.experiments.config import (
     GPT2_CPU_EPS,
     default_decoders,
@@ -77,7 +78,7 @@ def tiny_env(tmp_path_factory):
     tok = GPT2Tokenizer.from_pretrained(str(tok_dir))
     with pytest.MonkeyPatch.context() as mp:
         _offline_env(mp, _data_root(base, tok_dir))
-        mp.setattr(train_module, "_gpt2_tokenizer", lambda: tok)
+        mp.setattr(preparation, "_gpt2_tokenizer", lambda: tok)
         yield tok
 
 
@@ -175,8 +176,8 @@ def test_a_legacy_pt_checkpoint_is_still_read(tiny_env, tmp_path):
 
 def test_adamw_groups_exempt_biases_and_layernorm_from_weight_decay(tiny_env, tmp_path):
     config = tiny(max_steps=1)
-    model = train_module.build_model_for(config, 277)
-    groups = train_module.parameter_groups(model, config)
+    model = model_setup.build_model_for(config, 277)
+    groups = model_setup.parameter_groups(model, config)
     assert [g["weight_decay"] for g in groups] == [config.training.weight_decay, 0.0] and config.training.weight_decay > 0
     decay, no_decay = groups[0]["params"], groups[1]["params"]
     assert all(p.ndim >= 2 for p in decay) and all(p.ndim < 2 for p in no_decay)
@@ -192,14 +193,14 @@ def test_adamw_groups_exempt_biases_and_layernorm_from_weight_decay(tiny_env, tm
     assert [len(g["params"]) for g in saved] == [len(decay), len(no_decay)]
     # without no_decay_bias_norm: one group, every parameter decayed (Chapter 6)
     rnn = make_config("quick", "lstm", "va")
-    one = train_module.parameter_groups(train_module.build_model_for(rnn, 50), rnn)
+    one = model_setup.parameter_groups(model_setup.build_model_for(rnn, 50), rnn)
     assert len(one) == 1 and one[0]["weight_decay"] == rnn.training.weight_decay
 
 
 def test_linear_schedule_decays_per_optimizer_step(tiny_env, tmp_path):
-    assert [train_module.linear_lr(1e-3, s, 4) for s in range(6)] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4, 0, 0])
+    assert [model_setup.linear_lr(1e-3, s, 4) for s in range(6)] == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4, 0, 0])
     with pytest.raises(ValueError, match="step"):
-        train_module.linear_lr(1e-3, -1, 4)
+        model_setup.linear_lr(1e-3, -1, 4)
     config = tiny(lr_decay_steps=10, max_steps=5)
     seen = []
     original = torch.optim.AdamW.step

@@ -34,7 +34,9 @@ import torch
 from nmst_lib import heads as H
 from nmst_lib.decoding import decode
 from nmst_lib.experiments import load_checkpoint, make_config, prepare_data, train
+from nmst_lib.experiments import model_setup
 from nmst_lib.experiments.config import ALL_DECODERS, VA_CONSISTENT_DECODERS
+from nmst_lib.experiments.evaluation import evaluate_perplexity
 from nmst_lib.experiments.runs import decode_at_scale
 from nmst_lib.heads import head_from_name
 from nmst_lib.models import RecurrentLM, build_model
@@ -204,10 +206,10 @@ def test_model_under_cuda_autocast_keeps_a_float32_head(dtype):
 
 
 def test_autocast_dtype_policy():
-    assert train_module.autocast_dtype(torch.device("cpu")) is None  # CPU runs stay float32
+    assert model_setup.autocast_dtype(torch.device("cpu")) is None  # CPU runs stay float32
     if CUDA:
         want = torch.bfloat16 if BF16_CUDA else torch.float16
-        assert train_module.autocast_dtype(torch.device("cuda")) == want
+        assert model_setup.autocast_dtype(torch.device("cuda")) == want
 
 
 # --------------------------------------------------------------------- training on the GPU
@@ -222,8 +224,12 @@ def test_quick_training_on_cuda_under_autocast(amp, fixture_data_env, tmp_path, 
     dtype = getattr(torch, amp)
     if dtype is torch.bfloat16 and not BF16_CUDA:
         pytest.skip("this GPU has no bfloat16 support (torch.cuda.is_bf16_supported() is False)")
-    monkeypatch.setattr(train_module, "autocast_dtype",
-                        lambda device: dtype if torch.device(device).type == "cuda" else None)
+    def forced(device):
+        return dtype if torch.device(device).type == "cuda" else None
+
+    # the trainer picks its GradScaler by it, model_setup's autocast context its dtype
+    monkeypatch.setattr(train_module, "autocast_dtype", forced)
+    monkeypatch.setattr(model_setup, "autocast_dtype", forced)
     seen, rnn_dtypes = [], set()
     logits = RecurrentLM.logits
 
@@ -238,8 +244,8 @@ def test_quick_training_on_cuda_under_autocast(amp, fixture_data_env, tmp_path, 
     monkeypatch.setattr(RecurrentLM, "logits", spy)
     config = make_config("quick", "lstm", "nmst", 1e-2, 0, lr=1e-2)
     data = prepare_data(config)
-    train_module.seed_everything(config.seed)
-    untrained = train_module.evaluate_perplexity(train_module.build_model_for(config, len(data.vocab)), data.valid)
+    model_setup.seed_everything(config.seed)
+    untrained = evaluate_perplexity(model_setup.build_model_for(config, len(data.vocab)), data.valid)
 
     run = train(config, checkpoint_dir=tmp_path / "gpu", data=data, device="cuda", progress=False)
     assert run.device.startswith("cuda") and next(run.model.parameters()).is_cuda

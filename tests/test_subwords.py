@@ -15,7 +15,7 @@ from nmst_lib.data.subwords import (
 )
 from nmst_lib.experiments import make_config
 from nmst_lib.experiments.runs import unk_counts
-from nmst_lib.experiments.trainer import build_vocabulary_for
+from nmst_lib.experiments.preparation import build_vocabulary_for
 
 pytest.importorskip("tokenizers")
 
@@ -184,7 +184,7 @@ def test_drop_unk_is_in_the_key_left_out_of_old_hashes_and_checked():
 
 
 def test_prepare_data_with_drop_unk_trains_and_scores_text_without_the_marker():
-    from nmst_lib.experiments.trainer import prepare_data
+    from nmst_lib.experiments.preparation import prepare_data
 
     description = D.DataDescription(source="test", location=None, splits={}, num_lines={}, num_tokens={},
                                     num_articles={})

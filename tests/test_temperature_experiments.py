@@ -28,9 +28,10 @@ from nmst_lib.experiments import (
     training_hash,
 )
 from nmst_lib.experiments.config_sections import TemperatureOptions
+from nmst_lib.experiments.model_setup import build_model_for
+from nmst_lib.experiments.preparation import prepare_data
 from nmst_lib.experiments.results import StoredResult
 from nmst_lib.experiments.runs import decoding_context_indices
-from nmst_lib.experiments.trainer import build_model_for, prepare_data
 from nmst_lib.heads import NMSTHead, VanillaHead
 from nmst_lib.temperature import ContextualHead
 
@@ -689,7 +690,7 @@ def test_parameter_matched_va_is_the_closest_plain_lstm_to_ct_va():
     closest to CT-VA's (its neighbours H - 1 and H + 1 are farther), counted on the model the
     config builds; the cpu suite trains it with as many seeds as the centred model."""
     from nmst_lib.experiments import temperature_suite as T
-    from nmst_lib.experiments.trainer import build_model_for
+    from nmst_lib.experiments.model_setup import build_model_for
 
     cpu = T.temperature_suite_configs("cpu")
     ct = cpu[0].model

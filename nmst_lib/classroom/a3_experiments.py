@@ -12,7 +12,7 @@ Problems and the boxes they check:
   (Proposition 7.1), compared with :func:`nmst_lib.heads.nmst_log_probs` and with cached decoding
   by :class:`nmst_lib.models.GPT2LM`.
 * q4 the experiment: the reported perplexities and r_nt(L) recomputed from the student's own
-  models (:func:`nmst_lib.experiments.trainer.evaluate_perplexity`, :func:`nmst_lib.decoding.decode`,
+  models (:func:`nmst_lib.experiments.evaluation.evaluate_perplexity`, :func:`nmst_lib.decoding.decode`,
   :func:`nmst_lib.metrics.non_termination_ratio`), and Proposition 6.1, part 2.
 
 Besides the checks: :func:`tiny_gpt2` (the randomly initialised GPT-2 of q3, no download) and
@@ -506,7 +506,7 @@ def _model_and_result(models, results, key):
 
 def _recomputed(model, valid, contexts, L):
     from ..decoding import decode
-    from ..experiments.trainer import evaluate_perplexity
+    from ..experiments.evaluation import evaluate_perplexity
     from ..metrics import non_termination_ratio
 
     was_training = model.training
@@ -521,7 +521,7 @@ def _recomputed(model, valid, contexts, L):
 
 def check_experiment_numbers_recomputed(models, results, valid, exp_contexts, L_EXP) -> None:
     """q4, public: each reported validation perplexity and greedy r_nt(L_EXP) equals what the
-    library computes from the student's own trained model (nmst_lib.experiments.trainer.
+    library computes from the student's own trained model (nmst_lib.experiments.evaluation.
     evaluate_perplexity; greedy nmst_lib.decoding.decode and nmst_lib.metrics.non_termination_ratio)."""
     for key in ("va", "nmst"):
         model, ppl, rnt = _model_and_result(models, results, key)

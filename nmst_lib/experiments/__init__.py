@@ -7,7 +7,8 @@
 :mod:`.temperature_suite`, its analyses in :mod:`.temperature_analysis`). Beside them: configs and profiles (:mod:`.config`; their typed sections in
 :mod:`.config_sections`, decoder names in :mod:`.decoder_names`), the one training
 loop (:mod:`.trainer`) with its checkpoints (:mod:`.checkpoints`) and data parallelism
-(:mod:`.distributed`), the results store (:mod:`.results`), and what a reader can do with the
+(:mod:`.distributed`), the data a run trains on (:mod:`.preparation`), the model and
+optimiser a config names (:mod:`.model_setup`), the scores of a split (:mod:`.evaluation`), the results store (:mod:`.results`), and what a reader can do with the
 results: where they come from, retraining, a time estimate (:mod:`.choices`).
 
 The package attribute ``train`` is the function :func:`.trainer.train`; the module is
@@ -92,17 +93,10 @@ from .temperature_suite import (
     run_temperature_suite,
     temperature_suite_configs,
 )
-from .trainer import (
-    CheckpointError,
-    PreparedData,
-    TrainedRun,
-    checkpoint_path,
-    evaluate_perplexity,
-    load_checkpoint,
-    prepare_data,
-    save_checkpoint,
-    train,
-)
+from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from .evaluation import evaluate_perplexity
+from .preparation import PreparedData, prepare_data
+from .trainer import TrainedRun, checkpoint_path, train
 
 __all__ = [
     "ALL_DECODERS", "CPU_EPS", "PAPER_EPS", "PROFILES", "DecoderSpec", "ExperimentConfig", "config_from_dict",

@@ -233,7 +233,7 @@ def _measure(config: ExperimentConfig, vocab: int, seq_len: int, decode_rows: in
     """(training tokens/s, seconds per greedy decoding step at ``decode_rows`` rows) of
     ``config``'s model on ``device``, on random tokens, as :func:`nmst_lib.experiments.trainer.train`
     runs it (AdamW, clipping, mixed precision on CUDA)."""
-    from .trainer import _autocast, autocast_dtype, build_model_for
+    from .model_setup import _autocast, autocast_dtype, build_model_for
 
     gen = torch.Generator().manual_seed(0)
     model = build_model_for(config, vocab).to(device)

@@ -412,7 +412,7 @@ def run_family_suite(
     families with ``distributed`` allow it."""
     import torch
 
-    from .trainer import default_device
+    from .model_setup import default_device
 
     family = get_family(family) if isinstance(family, str) else family
     if not isinstance(force, bool):

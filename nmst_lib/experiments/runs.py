@@ -39,13 +39,8 @@ from .results import (
     training_seeds,
 )
 from .distributed import DistContext
-from .trainer import (
-    CheckpointError,
-    TrainedRun,
-    checkpoint_path,
-    load_checkpoint,
-    train,
-)
+from .checkpoints import CheckpointError, load_checkpoint
+from .trainer import TrainedRun, checkpoint_path, train
 
 __all__ = [
     "rnt_grid",

@@ -75,6 +75,7 @@ from .config import (
 )
 from .distributed import DistContext
 from .family import Family, register, run_family_suite
+from .model_setup import _autocast
 from .results import (
     CURRENT,
     StoredResult,
@@ -84,7 +85,7 @@ from .results import (
     write_json_atomic,
 )
 from .runs import decode_at_scale, decoding_context_indices, sparse_histogram
-from .trainer import TrainedRun, _autocast, train
+from .trainer import TrainedRun, train
 
 __all__ = [
     "SPARSE_RESULT_SCHEMA",

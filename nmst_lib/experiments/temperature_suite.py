@@ -90,7 +90,8 @@ from .results import (
     current_records,
     load_result,
 )
-from .trainer import TrainedRun, prepare_data, train
+from .preparation import prepare_data
+from .trainer import TrainedRun, train
 
 __all__ = [
     "TEMPERATURE_RESULT_SCHEMA",
@@ -342,7 +343,7 @@ def vocabulary_size_of(config: ExperimentConfig) -> int:
 def parameter_count(config: ExperimentConfig, vocab_size: int) -> int:
     """Trainable parameters of the model ``config`` builds for ``vocab_size`` ids (embedding and
     output layer tied; Chapter 9's temperature or mixture layers included)."""
-    from .trainer import build_model_for
+    from .model_setup import build_model_for
 
     vocab_size = check_positive_int(vocab_size, "vocab_size")
     with torch.device("meta"):  # shapes only: no memory, no initialisation

@@ -1,77 +1,87 @@
-"""The one training loop of the library, for every experiment family (Chapters 6-9): data
-preparation, the :class:`Trainer` (AdamW, learning-rate halving, early stopping and
-best-by-validation selection, Choi, Cho, Lee (2023) App. D; atomic checksummed checkpoints and
-exact resumption) and :func:`train`, which runs it (Chapter 6, 06_wikitext, first).
-The same loop trains the entmax heads of Chapter 8 (08_sparse) on their own loss (Martins et al.
-(2020) eq. 5-6), selecting by the validation mean of that loss (:func:`selection_metric`), and
-fine-tunes GPT-2 (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2 and App. D): AdamW with no
-weight decay on biases and LayerNorm, a linear learning-rate decay per optimizer step, gradient
-accumulation, ``max_steps``, and data-parallel training over several processes
-(:mod:`nmst_lib.experiments.distributed`, DistributedDataParallel through ``torchrun``).
+"""The one training loop of the library, for every experiment family (Chapters
+6-9): the :class:`Trainer` (AdamW, learning-rate halving, early stopping and
+best-by-validation selection, Choi, Cho, Lee (2023) App. D; atomic checksummed
+checkpoints and exact resumption) and :func:`train`, which runs it (Chapter 6,
+06_wikitext, first) and returns a :class:`TrainedRun`.
+The same loop trains the entmax heads of Chapter 8 (08_sparse) on their own
+loss (Martins et al. (2020) eq. 5-6), selecting by the validation mean of that
+loss (:func:`nmst_lib.experiments.evaluation.selection_metric`), and fine-tunes
+GPT-2 (Chapter 7, 07_gpt2; Choi, Cho, Lee (2023) Sec. 4.2 and App. D): AdamW
+with no weight decay on biases and LayerNorm, a linear learning-rate decay per
+optimizer step, gradient accumulation, ``max_steps``, and data-parallel
+training over several processes (:mod:`nmst_lib.experiments.distributed`,
+DistributedDataParallel through ``torchrun``).
 
-Reproducibility: every random choice comes from a seed (python, numpy, torch; the data order
-from a generator seeded by ``(seed, epoch)``); checkpoints hold the RNG states, so a run that
-is killed and resumed reaches the same final validation perplexity as an uninterrupted one
-(bit for bit on CPU). Checkpoints are safetensors files with a sha256 over their contents
-(:mod:`nmst_lib.experiments.checkpoints`; files of the earlier ``.pt`` format are still read): a
-truncated or corrupted file raises :class:`CheckpointError`.
+What a run trains on comes from :mod:`nmst_lib.experiments.preparation`; the
+model, optimiser groups, schedule, device and precision from
+:mod:`nmst_lib.experiments.model_setup`; the validation and test scores from
+:mod:`nmst_lib.experiments.evaluation`. This module holds the loop and what it
+checkpoints: where (:func:`checkpoint_path`), the progress of a run, the RNG
+states.
+
+Reproducibility: every random choice comes from a seed (python, numpy, torch;
+the data order from a generator seeded by ``(seed, epoch)``); checkpoints hold
+the RNG states, so a run that is killed and resumed reaches the same final
+validation perplexity as an uninterrupted one (bit for bit on CPU).
+Checkpoints are safetensors files with a sha256 over their contents
+(:mod:`nmst_lib.experiments.checkpoints`; files of the earlier ``.pt`` format
+are still read): a truncated or corrupted file raises :class:`CheckpointError`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from .. import data as D
-from ..heads import head_from_name
-from ..models import GPT2LM, RecurrentLM, build_model
+from ..models import GPT2LM, RecurrentLM
 from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from .config import (
     DECODING_FIELDS,
-    GPT2_MAX_POSITIONS,
-    NLL_HEADS,
     ExperimentConfig,
     training_hash,
     validate_config,
 )
-from .distributed import DistContext, all_reduce_sum, init_distributed, no_sync, shard_rows, wrap_model
+from .distributed import (
+    DistContext,
+    all_reduce_sum,
+    init_distributed,
+    no_sync,
+    shard_rows,
+    wrap_model,
+)
+from .evaluation import (
+    evaluate_loss,
+    evaluate_perplexity,
+    selection_metric,
+    validation_score,
+)
+from .model_setup import (
+    _autocast,
+    autocast_dtype,
+    build_model_for,
+    default_device,
+    linear_lr,
+    parameter_groups,
+    seed_everything,
+)
+from .preparation import PreparedData, prepare_data
 from .results import is_source_checkout, user_cache_dir
 
 __all__ = [
-    "build_vocabulary_for",
-    "CheckpointError",
-    "PreparedData",
     "TrainedRun",
     "Trainer",
-    "default_device",
-    "autocast_dtype",
-    "default_checkpoint_dir",
     "checkpoint_path",
-    "seed_everything",
-    "load_corpus",
-    "prepare_data",
-    "build_model_for",
-    "parameter_groups",
-    "linear_lr",
-    "evaluate_perplexity",
-    "evaluate_loss",
-    "selection_metric",
-    "save_checkpoint",
-    "load_checkpoint",
+    "default_checkpoint_dir",
     "train",
 ]
-
-def default_device() -> torch.device:
-    """CUDA when available, else CPU (same code path on both)."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def default_checkpoint_dir() -> Path:
@@ -106,303 +116,7 @@ def checkpoint_path(config: ExperimentConfig, checkpoint_dir=None) -> Path:
     return path
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python's ``random``, numpy and torch (CPU and CUDA) with ``seed``."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-# ------------------------------------------------------------------------------------- data
-
-_CORPUS_CACHE: dict = {}
-_TOKENIZER_CACHE: dict = {}
-
-
-def load_corpus(config: ExperimentConfig, directory=None) -> D.Corpus:
-    """The corpus named by ``config.data.data_source`` (cached per process and local folder; see
-    :func:`nmst_lib.data.load_wikitext2` for where the data comes from: ``directory``,
-    ``$NMST_WIKITEXT_DIR``, ``$NMST_DATA_DIR/wikitext-2``, else the hub). For GPT-2 (Chapter 7,
-    07_gpt2) the raw, detokenised text of ``config.data.dataset``
-    (:func:`nmst_lib.data.load_wikitext_raw`)."""
-    folder = D.wikitext_dir(directory)
-    where = None if folder is None else str(folder.resolve())
-    if config.arch == "gpt2":
-        key = ("raw", config.data.dataset, config.data.data_source, where, config.data.substitute_seed)
-        if key not in _CORPUS_CACHE:
-            _CORPUS_CACHE[key] = D.load_wikitext_raw(config.data.dataset, config.data.data_source, directory,
-                                                     substitute_seed=config.data.substitute_seed)
-        return _CORPUS_CACHE[key]
-    key = (config.data.data_source, where, config.data.substitute_seed)
-    if key not in _CORPUS_CACHE:
-        _CORPUS_CACHE[key] = D.load_wikitext2(config.data.data_source, directory, substitute_seed=config.data.substitute_seed)
-    return _CORPUS_CACHE[key]
-
-
-def _gpt2_tokenizer():
-    """GPT-2's tokenizer (:func:`nmst_lib.data.load_gpt2_tokenizer`), loaded once per process and
-    tokenizer folder."""
-    folder = D.gpt2_tokenizer_dir()
-    key = None if folder is None else str(Path(folder).resolve())
-    if key not in _TOKENIZER_CACHE:
-        _TOKENIZER_CACHE[key] = D.load_gpt2_tokenizer()
-    return _TOKENIZER_CACHE[key]
-
-
-@dataclass
-class PreparedData:
-    """Vocabulary and sequences of each split, plus the provenance dict that goes into results.
-    For GPT-2 (Chapter 7, 07_gpt2) ``vocab`` is a :class:`nmst_lib.data.TokenizerVocabulary`."""
-
-    vocab: D.Vocabulary | D.TokenizerVocabulary
-    train: D.SequenceData
-    valid: D.SequenceData
-    test: D.SequenceData
-    description: dict
-
-
-def _truncate(data: D.SequenceData, max_tokens: int | None, name: str) -> D.SequenceData:
-    if max_tokens is None or data.num_tokens <= max_tokens:
-        return data
-    keep = int((torch.cumsum(data.lengths, 0) <= max_tokens).sum())
-    if keep == 0:
-        raise ValueError(f"{name}={max_tokens} is smaller than the first sequence of the split "
-                         f"({int(data.lengths[0])} tokens); raise it")
-    return data.subset(torch.arange(keep))
-
-
-def build_vocabulary_for(config: ExperimentConfig, train_lines: list[str]):
-    """The vocabulary ``config`` asks for, from the training lines: the ``vocab_cap`` most
-    frequent words (``vocab_kind`` word), or ``vocab_cap`` BPE pieces learned on them
-    (``vocab_kind`` bpe, :func:`nmst_lib.data.learn_subword_vocabulary`). Chapter 6,
-    06_wikitext, "The data"."""
-    if config.data.vocab_kind == "bpe":
-        from ..data.subwords import learn_subword_vocabulary
-
-        return learn_subword_vocabulary(train_lines, config.data.vocab_cap)
-    return D.build_vocabulary(train_lines, cap=config.data.vocab_cap)
-
-
-def _lines(corpus: D.Corpus, split: str, config: ExperimentConfig) -> list[str]:
-    """The lines of ``split``, without WikiText's ``<unk>`` markers when ``config.data.drop_unk``."""
-    lines = corpus.split(split)
-    return D.drop_unk_markers(lines) if config.data.drop_unk else lines
-
-
-def prepare_data(config: ExperimentConfig, corpus: D.Corpus | None = None) -> PreparedData:
-    """Vocabulary from the training lines (capped at ``config.data.vocab_cap``), continuation-task
-    sequences of every split (k = ``config.data.context_len``), the training sequences cut to
-    ``config.data.max_train_tokens`` (validation and test to ``config.data.max_eval_tokens``), and a
-    provenance dict (Chapter 6, 06_wikitext, "The data").
-    For GPT-2 (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7, 07_gpt2) the raw text of
-    ``config.data.dataset`` tokenised with GPT-2's BPE (vocabulary fixed at the tokenizer's, eos
-    ``<|endoftext|>`` appended, lines of at most k or more than 1,024 tokens dropped; cached on
-    disk by :func:`nmst_lib.data.bpe_sequences_cached`).
-    Raises ValueError when a split has no usable sequence."""
-    config = validate_config(config)
-    corpus = corpus if corpus is not None else load_corpus(config)
-    if config.arch == "gpt2":
-        tokenizer = _gpt2_tokenizer()
-        vocab = D.TokenizerVocabulary(tokenizer)
-
-        def sequences(lines):
-            return D.bpe_sequences_cached(lines, tokenizer, context_len=config.data.context_len,
-                                          max_len=GPT2_MAX_POSITIONS)
-    else:
-        vocab = build_vocabulary_for(config, _lines(corpus, "train", config))
-
-        def sequences(lines):
-            return D.make_sequences(lines, vocab, config.data.context_len)
-    splits = {}
-    for name in D.SPLITS:
-        seqs = sequences(_lines(corpus, name, config))
-        if len(seqs) == 0:
-            raise ValueError(f"the {name} split has no line longer than context_len={config.data.context_len} tokens: "
-                             "nothing to train or evaluate on; check the data source or lower context_len")
-        splits[name] = seqs
-    splits["train"] = _truncate(splits["train"], config.data.max_train_tokens, "max_train_tokens")
-    splits["valid"] = _truncate(splits["valid"], config.data.max_eval_tokens, "max_eval_tokens")
-    splits["test"] = _truncate(splits["test"], config.data.max_eval_tokens, "max_eval_tokens")
-    desc = corpus.description.to_dict()
-    desc["sequences"] = {
-        name: {"num_sequences": len(s), "num_tokens": s.num_tokens, "num_scored_tokens": s.num_target_tokens}
-        for name, s in splits.items()
-    }
-    if config.arch == "gpt2":
-        desc["vocabulary"] = {"size": len(vocab), "cap": None, "fingerprint": vocab.fingerprint,
-                              "built_from": "the GPT-2 byte-level BPE tokenizer (fixed; eos <|endoftext|> is the last "
-                                            "id)", "tokenizer": str(D.gpt2_tokenizer_dir() or "Hugging Face hub: gpt2")}
-        desc["max_sequence_tokens"] = GPT2_MAX_POSITIONS
-    else:
-        for name, s in splits.items():
-            desc["sequences"][name]["unk_rate"] = float((s.tokens == vocab.unk_id).double().mean())
-        desc["vocabulary"] = {"size": len(vocab), "cap": config.data.vocab_cap, "fingerprint": vocab.fingerprint,
-                              "built_from": "train split (after substitution, before max_train_tokens)"}
-        if config.data.vocab_kind != "word":
-            desc["vocabulary"]["kind"] = f"{config.data.vocab_kind} pieces learned with tokenizers"
-        if config.data.drop_unk:
-            desc["unk_markers"] = "deleted from every split before the vocabulary was built (drop_unk)"
-    desc["context_len"] = config.data.context_len
-    return PreparedData(vocab, splits["train"], splits["valid"], splits["test"], desc)
-
-
-def build_model_for(config: ExperimentConfig, vocab_size: int) -> RecurrentLM | GPT2LM:
-    """The model and output layer that ``config`` names (Choi, Cho, Lee (2023) App. D; the
-    entmax heads of Chapter 8, 08_sparse, with ``config.alpha``; Chapter 9, 09_temperature: the
-    base head wrapped by ``nmst_lib.temperature.contextual_head`` with the config's
-    ``temperature`` section, Contextual Temperature (2020)
-    eq. 5-7, when a temperature or a mixture is set).
-
-    GPT-2 (Choi, Cho, Lee (2023) Sec. 4.2; Chapter 7, 07_gpt2): ``GPT2LM.from_pretrained(
-    config.gpt2.pretrained)`` (its n_embd and n_layer must equal ``hidden`` and ``layers``, its
-    vocabulary ``vocab_size``; dropout set to ``config.model.dropout``), or, with ``pretrained=None``, a
-    randomly initialised GPT-2 with n_embd = ``hidden``, n_layer = ``layers``, n_head =
-    ``attn_heads``, 1,024 positions, eos = bos = ``vocab_size - 1`` and every dropout
-    (residual, embedding, attention) = ``config.model.dropout``."""
-    config = validate_config(config)
-    kwargs = {} if config.alpha is None else {"alpha": config.alpha}
-    head = head_from_name(config.head, eps=config.eps, **kwargs)
-    t = config.temperature
-    if t is not None:  # Chapter 9 (09_temperature): a contextual temperature and/or a mixture
-        from ..temperature import contextual_head
-
-        head = contextual_head(head, config.model.hidden, vocab_size, normalisation=t.normalisation, a=t.a,
-                               b=t.b, lam=t.lam, rank=t.rank, mixtures=t.mixtures,
-                               loss_scaling=t.loss_scaling, detach_loss_scale=t.detach_loss_scale)
-    m = config.model
-    if config.arch != "gpt2":
-        return build_model(config.arch, vocab_size, hidden=m.hidden, layers=m.layers, dropout=m.dropout,
-                           head=head)
-    if config.gpt2.pretrained is None:
-        return GPT2LM.from_config(head=head, n_embd=m.hidden, n_layer=m.layers, n_head=config.gpt2.attn_heads,
-                                  n_positions=GPT2_MAX_POSITIONS, vocab_size=vocab_size,
-                                  bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1,
-                                  resid_pdrop=m.dropout, embd_pdrop=m.dropout, attn_pdrop=m.dropout)
-    model = GPT2LM.from_pretrained(config.gpt2.pretrained, head=head)
-    hf = model.model.config
-    if (hf.n_embd, hf.n_layer, hf.vocab_size) != (config.model.hidden, config.model.layers, vocab_size):
-        raise ValueError(f"pretrained {config.gpt2.pretrained!r} has n_embd {hf.n_embd}, n_layer {hf.n_layer}, vocabulary "
-                         f"{hf.vocab_size}; the config says hidden {config.model.hidden}, layers {config.model.layers} and the "
-                         f"data's vocabulary has {vocab_size} ids: set hidden/layers to the model's")
-    for name in ("resid_pdrop", "embd_pdrop", "attn_pdrop"):
-        setattr(hf, name, config.model.dropout)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = config.model.dropout
-    return model
-
-
-def parameter_groups(model: torch.nn.Module, config: ExperimentConfig) -> list[dict]:
-    """AdamW parameter groups (Loshchilov & Hutter 2019; Choi, Cho, Lee (2023) App. D; Chapter 7,
-    07_gpt2): one group with every parameter (weight decay ``config.training.weight_decay``) unless
-    ``config.training.no_decay_bias_norm``; then two groups, ``{"params": <parameters with ndim >= 2>,
-    "weight_decay": config.training.weight_decay}`` and ``{"params": <ndim < 2: biases, LayerNorm gains and
-    biases>, "weight_decay": 0.0}`` (shared, e.g. tied, parameters counted once). Each group also
-    has a ``"name"``."""
-    config = validate_config(config)
-    if not config.training.no_decay_bias_norm:
-        return [{"params": list(model.parameters()), "weight_decay": config.training.weight_decay, "name": "all"}]
-    decay, no_decay = [], []
-    for _, param in model.named_parameters():
-        if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
-    return [{"params": decay, "weight_decay": config.training.weight_decay, "name": "decay (ndim >= 2)"},
-            {"params": no_decay, "weight_decay": 0.0, "name": "no decay (biases, LayerNorm)"}]
-
-
-def linear_lr(base_lr: float, step: int, decay_steps: int) -> float:
-    """The learning rate of optimizer step ``step`` (0-based) under linear decay:
-    ``base_lr * max(0, 1 - step / decay_steps)`` (Choi, Cho, Lee (2023) App. D's linear schedule,
-    without warm-up; Chapter 7, 07_gpt2)."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be an integer >= 0, got {step!r}")
-    from .._validation import check_positive_int
-
-    decay_steps = check_positive_int(decay_steps, "decay_steps")
-    return base_lr * max(0.0, 1.0 - step / decay_steps)
-
-
-# ------------------------------------------------------------------------------- evaluation
-
-
-def autocast_dtype(device: torch.device) -> torch.dtype | None:
-    """The mixed-precision dtype of training and evaluation on ``device``: bfloat16 on a CUDA
-    device that supports it, else float16; None on the CPU (float32 throughout). The output
-    layer runs in float32 either way (:class:`nmst_lib.models.RecurrentLM`; the heads upcast
-    half-precision logits). Whenever it is not None, :func:`train` scales the loss with a
-    ``GradScaler``: float16 gradients underflow without it, and cuDNN RNN/LSTM layers run in
-    float16 under CUDA autocast whatever its dtype (ATen's autocast wrapper of ``_cudnn_rnn``
-    casts to float16), so bfloat16 runs of these models need it too."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    with torch.cuda.device(device):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-
-
-def _autocast(device: torch.device):
-    """Autocast to :func:`autocast_dtype` on CUDA, nothing on the CPU."""
-    dtype = autocast_dtype(device)
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
-
-
-@torch.no_grad()
-def evaluate_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64,
-                        max_tokens: int | None = None) -> float:
-    """Per-token perplexity exp(mean NLL) over the continuation tokens (eos included, context
-    excluded) of ``data`` (Choi, Cho, Lee (2023) Sec. 4, Table 1; as
-    :func:`nmst_lib.metrics.perplexity` over the whole split). Runs in eval mode; restores the
-    model's mode afterwards."""
-    return math.exp(_mean_over_split(model, data, model.token_nll, batch_size, max_tokens))
-
-
-@torch.no_grad()
-def evaluate_loss(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64,
-                  max_tokens: int | None = None) -> float:
-    """Mean of the head's own per-token loss (:meth:`nmst_lib.models.RecurrentLM.token_loss`)
-    over the continuation tokens (eos included, context excluded) of ``data``: log perplexity for
-    the va/st/nmst heads, the mean entmax loss (Martins et al. (2020) eq. 5-6) for the entmax
-    heads, whose perplexity can be infinite (Chapter 8, 08_sparse). Eval mode; restores the
-    model's mode afterwards."""
-    return _mean_over_split(model, data, model.token_loss, batch_size, max_tokens)
-
-
-def _mean_over_split(model: RecurrentLM, data: D.SequenceData, summed, batch_size: int,
-                     max_tokens: int | None) -> float:
-    """sum / count of ``summed(batch) -> (sum, count)`` over the length-bucketed batches of
-    ``data``, in eval mode (the model's mode is restored afterwards)."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    device = model.device
-    try:
-        for indices in D.bucket_batches(data.lengths, batch_size, max_tokens=max_tokens):
-            with _autocast(device):
-                value, n = summed(D.make_batch(data, indices))
-            total += float(value.double())
-            count += int(n)
-    finally:
-        model.train(was_training)
-    return total / count
-
-
-def selection_metric(config: ExperimentConfig) -> str:
-    """What :func:`train` compares between epochs (lower is better): ``"val_ppl"`` (validation
-    perplexity, Chapter 6) for the heads trained with the negative log-likelihood (va, st, nmst),
-    ``"val_loss"`` (validation mean entmax loss, Chapter 8, 08_sparse) for the entmax heads. Both
-    are the validation mean of the head's own training loss (perplexity is its exponential)."""
-    return "val_ppl" if validate_config(config).head in NLL_HEADS else "val_loss"
-
-
-def _validation_score(config: ExperimentConfig, model: RecurrentLM, data: D.SequenceData) -> float:
-    if selection_metric(config) == "val_ppl":
-        return evaluate_perplexity(model, data, config.training.batch_size * 2, config.training.max_batch_tokens)
-    return evaluate_loss(model, data, config.training.batch_size * 2, config.training.max_batch_tokens)
-
-
-# ------------------------------------------------------------------------------ checkpoints
+# ---------------------------------------------------------------------- checkpoints
 
 
 def _rng_state() -> dict:
@@ -682,7 +396,7 @@ class Trainer:
         """Validate; keep the weights when the validation score improved, else (plateau) decay
         the lr; record the epoch; stop early after ``patience`` bad epochs; checkpoint."""
         config, prog, metric = self.config, self.prog, self.metric
-        score = _validation_score(config, self.model, self.data.valid)
+        score = validation_score(config, self.model, self.data.valid)
         if math.isnan(score):
             raise FloatingPointError(f"{config.key}: the validation {metric} is NaN after epoch {prog.epoch + 1} "
                                      "(training diverged); lower lr or check the head's loss")
@@ -759,17 +473,17 @@ def train(
     """Train the model of ``config`` (Choi, Cho, Lee (2023) Sec. 4.1 and App. D; Chapter 6,
     06_wikitext; GPT-2: Sec. 4.2, Chapter 7, 07_gpt2). One loop for every arch.
 
-    AdamW(lr, betas, weight_decay; :func:`parameter_groups`: no decay on biases and LayerNorm
+    AdamW(lr, betas, weight_decay; :func:`~nmst_lib.experiments.model_setup.parameter_groups`: no decay on biases and LayerNorm
     with ``no_decay_bias_norm``) on the mean of the head's own per-token loss
     (:meth:`nmst_lib.models.RecurrentLM.token_loss`); per epoch, bucketed batches in an order fixed by
     ``(seed, epoch)``; one optimizer step per batch; gradient-norm clipping; after the epoch the validation score
-    (:func:`selection_metric`: perplexity for va/st/nmst, mean entmax loss for the entmax heads of
+    (:func:`~nmst_lib.experiments.evaluation.selection_metric`: perplexity for va/st/nmst, mean entmax loss for the entmax heads of
     Chapter 8, 08_sparse) decides: improvement -> remember these weights; none -> (``lr_schedule``
     ``plateau``) multiply the lr by ``lr_decay``, and stop after ``patience`` such epochs in a row.
-    With ``lr_schedule="linear"`` the lr of optimizer step s is :func:`linear_lr` (lr, s,
+    With ``lr_schedule="linear"`` the lr of optimizer step s is :func:`~nmst_lib.experiments.model_setup.linear_lr` (lr, s,
     ``lr_decay_steps``, default ``max_epochs`` x steps per epoch); early stopping is the same.
     Training also stops after ``max_steps`` optimizer steps (the partial epoch is validated).
-    The returned model holds the best epoch's weights. On CUDA the forward pass runs under autocast to :func:`autocast_dtype` (bfloat16, or
+    The returned model holds the best epoch's weights. On CUDA the forward pass runs under autocast to :func:`~nmst_lib.experiments.model_setup.autocast_dtype` (bfloat16, or
     float16) with a ``GradScaler``; the output layer runs in float32.
 
     Gradient accumulation and data parallelism (:mod:`nmst_lib.experiments.distributed`): each

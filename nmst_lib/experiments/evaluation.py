@@ -1,0 +1,84 @@
+"""How good a model is on a split (Choi, Cho, Lee (2023) Sec. 4, Table 1;
+Chapter 6, 06_wikitext): per-token perplexity (:func:`evaluate_perplexity`) or
+the mean of the head's own loss (:func:`evaluate_loss`: the mean entmax loss of
+Chapter 8, 08_sparse, whose perplexity can be infinite), over the
+continuation tokens of every sequence; and the score that
+:func:`nmst_lib.experiments.trainer.train` selects epochs by
+(:func:`selection_metric`, :func:`validation_score`). Chapters 6-9 and the
+classroom kit's third assignment evaluate trained models with them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import data as D
+from ..models import RecurrentLM
+from .config import NLL_HEADS, ExperimentConfig, validate_config
+from .model_setup import _autocast
+
+__all__ = [
+    "evaluate_loss",
+    "evaluate_perplexity",
+    "selection_metric",
+    "validation_score",
+]
+
+@torch.no_grad()
+def evaluate_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64,
+                        max_tokens: int | None = None) -> float:
+    """Per-token perplexity exp(mean NLL) over the continuation tokens (eos included, context
+    excluded) of ``data`` (Choi, Cho, Lee (2023) Sec. 4, Table 1; as
+    :func:`nmst_lib.metrics.perplexity` over the whole split). Runs in eval mode; restores the
+    model's mode afterwards."""
+    return math.exp(_mean_over_split(model, data, model.token_nll, batch_size, max_tokens))
+
+
+@torch.no_grad()
+def evaluate_loss(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64,
+                  max_tokens: int | None = None) -> float:
+    """Mean of the head's own per-token loss (:meth:`nmst_lib.models.RecurrentLM.token_loss`)
+    over the continuation tokens (eos included, context excluded) of ``data``: log perplexity for
+    the va/st/nmst heads, the mean entmax loss (Martins et al. (2020) eq. 5-6) for the entmax
+    heads, whose perplexity can be infinite (Chapter 8, 08_sparse). Eval mode; restores the
+    model's mode afterwards."""
+    return _mean_over_split(model, data, model.token_loss, batch_size, max_tokens)
+
+
+def _mean_over_split(model: RecurrentLM, data: D.SequenceData, summed, batch_size: int,
+                     max_tokens: int | None) -> float:
+    """sum / count of ``summed(batch) -> (sum, count)`` over the length-bucketed batches of
+    ``data``, in eval mode (the model's mode is restored afterwards)."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    device = model.device
+    try:
+        for indices in D.bucket_batches(data.lengths, batch_size, max_tokens=max_tokens):
+            with _autocast(device):
+                value, n = summed(D.make_batch(data, indices))
+            total += float(value.double())
+            count += int(n)
+    finally:
+        model.train(was_training)
+    return total / count
+
+
+def selection_metric(config: ExperimentConfig) -> str:
+    """What :func:`~nmst_lib.experiments.trainer.train` compares between epochs (lower is better): ``"val_ppl"`` (validation
+    perplexity, Chapter 6) for the heads trained with the negative log-likelihood (va, st, nmst),
+    ``"val_loss"`` (validation mean entmax loss, Chapter 8, 08_sparse) for the entmax heads. Both
+    are the validation mean of the head's own training loss (perplexity is its exponential)."""
+    return "val_ppl" if validate_config(config).head in NLL_HEADS else "val_loss"
+
+
+def validation_score(config: ExperimentConfig, model: RecurrentLM,
+                     data: D.SequenceData) -> float:
+    """The :func:`selection_metric` of ``config`` for ``model`` on ``data``
+    (the validation split), at twice the training batch size: what
+    :func:`nmst_lib.experiments.trainer.train` compares between epochs."""
+    if selection_metric(config) == "val_ppl":
+        return evaluate_perplexity(model, data, config.training.batch_size * 2, config.training.max_batch_tokens)
+    return evaluate_loss(model, data, config.training.batch_size * 2, config.training.max_batch_tokens)
