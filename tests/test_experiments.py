@@ -263,9 +263,9 @@ def test_load_result_reports_current_stale_and_missing(stored):
     results = base / "results"
     assert load_result(config, results).status == CURRENT
     assert load_result(config, results).source == "local"  # not the package's published results
-    changed = config.replace(hidden=48)  # same key (file), different config: the stored file is STALE
+    changed = config.replace(dropout=0.25)  # same key (file), different config: the stored file is STALE
     found = load_result(changed, results)
-    assert found.status == STALE and "hidden" in found.message and not found.is_current
+    assert found.status == STALE and "dropout" in found.message and not found.is_current
     assert load_or_run(changed, results_dir=results, run=False).status == STALE
     assert load_result(config.replace(seed=7), results).status == MISSING
     assert load_result(config.replace(seed=7), results).source is None
@@ -305,8 +305,8 @@ def test_resume_rejects_a_checkpoint_of_another_config_or_vocabulary(stored, mon
     ckpt_dir = base / "ckpt"
     before = (ckpt_dir / f"{config.key}.safetensors").read_bytes()
     monkeypatch.setattr(train_module, "_train_one_epoch", lambda *a, **k: pytest.fail("trained"))
-    with pytest.raises(CheckpointError, match="different config.*hidden"):
-        train(config.replace(hidden=40), checkpoint_dir=ckpt_dir, resume=True, progress=False)
+    with pytest.raises(CheckpointError, match="different config.*dropout"):
+        train(config.replace(dropout=0.25), checkpoint_dir=ckpt_dir, resume=True, progress=False)
     other_corpus = D.load_wikitext2("local", substitute_seed=5)  # same config, other data -> other vocabulary
     other = prepare_data(config, corpus=other_corpus)
     with pytest.raises(CheckpointError, match="vocabulary mismatch"):

@@ -107,9 +107,9 @@ def test_a_stale_file_in_the_write_dir_does_not_hide_the_current_published_one(w
     only = R.load_result(config, write_dir)
     assert (only.status, only.source) == (STALE, R.LOCAL) and "config hash" in only.message
     # a config the package has no result for: the stale write-dir file is returned, never as current
-    other = config.replace(hidden=48)
+    other = config.replace(dropout=0.25)
     found = R.load_result(other)
-    assert found.status == STALE and not found.is_current and "hidden" in found.message
+    assert found.status == STALE and not found.is_current and "dropout" in found.message
 
 
 def test_a_stale_published_result_is_reported_with_where_it_came_from(write_dir):
