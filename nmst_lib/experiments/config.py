@@ -13,7 +13,7 @@ choices that cannot change the numbers (progress bars, checkpoint frequency,
 output folders) are not in it. Its options live in typed sections, one per
 family of options (:mod:`.config_sections`: data, model, training, decoding,
 and the GPT-2 and Chapter 9 sections that only those families have), named by
-one flat vocabulary (:data:`FIELD_SECTIONS`) in results' JSON, ``--set`` and
+one flat vocabulary (:data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`) in results' JSON, ``--set`` and
 :func:`make_config`.
 """
 
@@ -152,7 +152,7 @@ def _short_eps(eps: float) -> str:
 
 
 def _unknown_fields(unknown) -> ValueError:
-    """The error for flat names outside :data:`FIELD_SECTIONS`: each with its
+    """The error for flat names outside :data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`: each with its
     closest known name, then every known name."""
     hints = []
     for name in sorted(map(str, unknown)):
@@ -168,7 +168,7 @@ def _unknown_fields(unknown) -> ValueError:
 
 def _section_kwargs(flat: dict) -> dict:
     """Flat field values -> the keyword arguments of :class:`ExperimentConfig`
-    (identity fields and sections), routed by :data:`FIELD_SECTIONS`. The
+    (identity fields and sections), routed by :data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`. The
     ``gpt2`` section is built for arch gpt2 or when one of its fields is not
     None (on another arch validation then says it does not apply); the
     ``temperature`` section when one of its fields differs from its default
@@ -215,10 +215,10 @@ class ExperimentConfig:
     """One run of Chapters 6-9: who it is (``profile``, ``arch``, ``head``,
     ``eps``, ``alpha``, ``seed``) and one typed section per family of options
     (:mod:`nmst_lib.experiments.config_sections`): ``data``
-    (:class:`DataOptions`), ``model`` (:class:`ModelOptions`), ``training``
-    (:class:`TrainingOptions`), ``decoding`` (:class:`DecodingOptions`),
-    ``gpt2`` (:class:`GPT2Options`, Chapter 7 only, None for rnn/lstm) and
-    ``temperature`` (:class:`TemperatureOptions`, Chapter 9 only, None without
+    (:class:`~nmst_lib.experiments.config_sections.DataOptions`), ``model`` (:class:`~nmst_lib.experiments.config_sections.ModelOptions`), ``training``
+    (:class:`~nmst_lib.experiments.config_sections.TrainingOptions`), ``decoding`` (:class:`~nmst_lib.experiments.config_sections.DecodingOptions`),
+    ``gpt2`` (:class:`~nmst_lib.experiments.config_sections.GPT2Options`, Chapter 7 only, None for rnn/lstm) and
+    ``temperature`` (:class:`~nmst_lib.experiments.config_sections.TemperatureOptions`, Chapter 9 only, None without
     a contextual temperature or mixture). Build with :func:`make_config` to get
     a profile's defaults (Choi, Cho, Lee (2023) Sec. 4.1-4.2, App. D; Chapter
     6, 06_wikitext).
@@ -228,7 +228,7 @@ class ExperimentConfig:
     NMST-entmax only, the alpha > 1 of alpha-entmax (Martins et al. (2020) eq.
     2; Chapter 8, 08_sparse).
 
-    One flat vocabulary names every option: :data:`FIELD_SECTIONS` routes
+    One flat vocabulary names every option: :data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS` routes
     ``hidden`` to ``model.hidden``, ``temperature`` to
     ``temperature.normalisation`` and so on. It is the vocabulary of
     :meth:`to_dict` (results' JSON and their hashes), :meth:`replace`,
@@ -252,7 +252,7 @@ class ExperimentConfig:
     @classmethod
     def from_flat(cls, **flat) -> ExperimentConfig:
         """An unvalidated config from flat field names
-        (:data:`FIELD_SECTIONS`); fields not given keep the sections' defaults.
+        (:data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`); fields not given keep the sections' defaults.
         """
         return cls(**_section_kwargs(flat))
 
@@ -362,7 +362,7 @@ class ExperimentConfig:
         return f"{head}+{self.arch.upper()}{extra}"
 
     def value(self, name: str):
-        """The value of the flat field ``name`` (:data:`FIELD_SECTIONS`), e.g.
+        """The value of the flat field ``name`` (:data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`), e.g.
         ``config.value("hidden") == config.model.hidden``; an absent section
         (``gpt2``, ``temperature``) reads as its defaults. For code that takes
         field names as data (recipe tables, ``--set``); code that names a field
@@ -379,13 +379,13 @@ class ExperimentConfig:
 
     def flat_dict(self) -> dict:
         """Every flat field and its value, in the order of
-        :data:`FIELD_SECTIONS` (nothing left out, tuples kept): the inverse of
+        :data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS` (nothing left out, tuples kept): the inverse of
         :meth:`from_flat`."""
         return {name: self.value(name) for name in FIELD_SECTIONS}
 
     def to_dict(self) -> dict:
         """JSON-ready flat dict of every field (tuples become lists): the keys
-        of :data:`FIELD_SECTIONS`, so the dict and :func:`config_hash` are
+        of :data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`, so the dict and :func:`config_hash` are
         those of the flat config before the sections. ``alpha`` is left out
         when it is None (every head but entmax and nmst-entmax), and the fields
         added for GPT-2 (Chapter 7, 07_gpt2: dataset, pretrained, attn_heads,
@@ -406,7 +406,7 @@ class ExperimentConfig:
 
     def replace(self, **changes) -> ExperimentConfig:
         """A validated copy with ``changes`` (flat field names,
-        :data:`FIELD_SECTIONS`) applied."""
+        :data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`) applied."""
         unknown = set(changes) - set(FIELD_SECTIONS)
         if unknown:
             raise _unknown_fields(unknown)
@@ -655,7 +655,7 @@ def config_hash(config: ExperimentConfig) -> str:
 
 def config_from_dict(d: dict) -> ExperimentConfig:
     """Inverse of :meth:`ExperimentConfig.to_dict`: flat field names
-    (:data:`FIELD_SECTIONS`) routed to their sections (unknown keys are an
+    (:data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`) routed to their sections (unknown keys are an
     error)."""
     d = dict(d)
     if "betas" in d:
