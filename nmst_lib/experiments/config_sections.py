@@ -281,7 +281,7 @@ FIELD_SECTIONS = {
 ``--set``, :func:`~nmst_lib.experiments.config.make_config`,
 ``ExperimentConfig.replace``) -> (section attribute, or None for the identity
 fields on the config itself; attribute in the section). In the order of
-:meth:`ExperimentConfig.to_dict` (the order of the flat config before the
+:meth:`~nmst_lib.experiments.config.ExperimentConfig.to_dict` (the order of the flat config before the
 sections, so that written results keep their layout)."""
 
 
