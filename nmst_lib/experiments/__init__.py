@@ -9,7 +9,8 @@
 loop (:mod:`.trainer`) with its checkpoints (:mod:`.checkpoints`) and data parallelism
 (:mod:`.distributed`), the data a run trains on (:mod:`.preparation`), the model and
 optimiser a config names (:mod:`.model_setup`), the scores of a split (:mod:`.evaluation`), the results store (:mod:`.results`), and what a reader can do with the
-results: where they come from, retraining, a time estimate (:mod:`.choices`).
+results: where they come from, retraining, a time estimate (:mod:`.choices`), and which of
+them a chapter page shows (:mod:`.page_selection`).
 
 The package attribute ``train`` is the function :func:`.trainer.train`; the module is
 ``nmst_lib.experiments.trainer``. ``nmst_lib.experiments.temperature`` (the name Chapter 9
@@ -73,6 +74,7 @@ from .runs import (
     suite_configs,
 )
 from .choices import TimeEstimate, describe_results, estimate_profile_time, run_choices
+from .page_selection import PageResults, page_results
 from .gpt2 import gpt2_suite_configs, load_gpt2_results, run_gpt2_suite
 from .sparse import (
     SparseConfig,
@@ -106,7 +108,7 @@ __all__ = [
     "CURRENT", "MISSING", "STALE", "StoredResult", "load_result", "result_path", "save_result",
     "default_results_dir", "published_results_dir",
     "Family", "family_names", "get_family", "register", "run_family_suite", "select_configs", "scratch_folder", "train_here",
-    "TimeEstimate", "describe_results", "estimate_profile_time", "run_choices",
+    "TimeEstimate", "describe_results", "estimate_profile_time", "run_choices", "PageResults", "page_results",
     "decode_at_scale", "eos_probability_traces", "evaluate_trained", "load_or_run", "load_trained", "rnt_grid",
     "run_experiment", "run_suite", "suite_configs",
     "CheckpointError", "PreparedData", "TrainedRun", "checkpoint_path", "evaluate_perplexity", "load_checkpoint",

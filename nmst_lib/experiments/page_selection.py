@@ -1,0 +1,159 @@
+"""Which results a chapter page shows (Chapters 6, 7 and 9): the committed results of the
+profile the reader chose; the subset of them that is CURRENT when some are missing and the rest
+still make the page (the suite is trained in the background and committed run by run, so a page
+often has only part of a profile); or, when too little is stored or the reader asked to retrain,
+a run made here. One rule for every chapter, so that the notice a reader sees reads the same on
+every page, and a chapter never re-implements the choice.
+
+The pieces a page needs are in :class:`PageResults`: the results it shows, the ones it leaves
+out (named), the profile it ended up showing, and the notices that say so
+(:meth:`PageResults.notices`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .family import get_family, scratch_folder, train_here
+from .results import CURRENT, StoredResult
+
+__all__ = ["PageResults", "page_results", "partial_notice", "fallback_notice"]
+
+
+@dataclass(frozen=True)
+class PageResults:
+    """The results one chapter page shows, as :func:`page_results` chose them.
+
+    ``profile``: the profile shown (``quick`` after a fall-back); ``asked``: the profile the
+    reader chose; ``results``: the CURRENT results shown, in suite order; ``configs``: their
+    configs, in the same order; ``left_out``: the
+    suite's results that are missing or STALE and are not shown (empty unless the page is
+    partial); ``folder``: where a run made here wrote (None for the committed results);
+    ``trained_here``: whether the results were trained just now; ``reason``: why the page does
+    not show the committed results of ``asked`` (None when it does)."""
+
+    profile: str
+    asked: str
+    results: tuple[StoredResult, ...]
+    configs: tuple = ()
+    left_out: tuple[StoredResult, ...] = ()
+    folder: str | None = None
+    trained_here: bool = False
+    reason: str | None = None
+
+    @property
+    def data(self) -> list[dict]:
+        """The shown results' JSON dicts, in suite order."""
+        return [s.data for s in self.results]
+
+    @property
+    def partial(self) -> bool:
+        """Whether some of the suite's results are left out."""
+        return bool(self.left_out)
+
+    def notices(self) -> list[str]:
+        """The Markdown paragraphs a page puts above its results: why it shows another run than
+        the committed one (:func:`fallback_notice`), and which models it leaves out
+        (:func:`partial_notice`); empty when it shows the whole committed profile."""
+        out = []
+        if self.reason is not None:
+            out.append(fallback_notice(self.reason, self.profile))
+        if self.left_out:
+            out.append(partial_notice(self.results, self.left_out, self.profile))
+        return out
+
+
+def fallback_notice(reason: str, profile: str) -> str:
+    """The warning a page shows when its numbers are not the committed ``cpu`` results its
+    prose was written for; ``reason`` says whose they are (e.g. "of a `quick` run made just now,
+    because ...")."""
+    return (
+        f"**This page is showing results {reason}**, not the committed `cpu` results the prose "
+        "was written for: the tables and figures are computed from them, the text may not "
+        "describe them"
+        + (", and the `quick` profile trains for seconds, so its numbers mean nothing."
+           if profile == "quick" else ".")
+    )
+
+
+def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResult],
+                   profile: str) -> str:
+    """The paragraph a partial page shows: how many models are stored and shown, and which of
+    the suite are missing or STALE (by key)."""
+    names = ", ".join(s.path.stem for s in left_out)
+    return (
+        f"**This page is showing the {len(shown)} `{profile}` models that are stored**; "
+        f"{len(left_out)} of the suite are missing or STALE ({names}). The tables and figures "
+        "leave them out, and a verdict that needs one of them says it cannot be checked."
+    )
+
+
+def _check_args(family: str, profile: str, needs) -> None:
+    if not isinstance(profile, str):
+        raise TypeError(f"profile must be a profile name (str), got {type(profile).__name__}")
+    if needs is not None and not callable(needs):
+        raise TypeError(
+            "needs must be None (every result of the suite must be stored) or a function of the "
+            f"stored results' dicts that says whether they make the page, got {type(needs).__name__}"
+        )
+    get_family(family)  # ValueError naming the families
+
+
+def page_results(
+    family: str,
+    profile: str,
+    *,
+    retrain: bool = False,
+    needs: Callable[[list[dict]], bool] | None = None,
+    results_dir=None,
+) -> PageResults:
+    """Choose the results a chapter page shows (module docstring), in three cases:
+
+    1. ``retrain`` or ``profile == "quick"``: train the suite here
+       (:func:`~nmst_lib.experiments.family.train_here`) into ``$NMST_RESULTS_DIR``, else a
+       scratch folder for ``quick`` and ``./nmst_results`` otherwise.
+    2. The stored results of ``profile`` (``results_dir``: only that folder; default the
+       write folder, then the published ones): all of them when every one is CURRENT; else, when
+       ``needs`` (a function of the CURRENT results' dicts) says they make the page, only those,
+       and the others are named in the page's notice (a *partial* page).
+    3. Otherwise (``needs`` is None and one is missing, or ``needs`` says no): a ``quick`` run
+       made here, with a notice that says why.
+
+    ``needs=None`` asks for the whole suite. Chapter 7 passes "a VA model is stored", Chapter 9
+    "the sigmoid contextual-temperature VA model is stored"."""
+    _check_args(family, profile, needs)
+    fam = get_family(family)
+    chapter = f"ch{int(fam.chapter[:2])}"
+    if retrain or profile == "quick":
+        folder = os.environ.get("NMST_RESULTS_DIR") or (
+            scratch_folder(chapter) if profile == "quick" else "nmst_results")
+        stored = train_here(family, profile, folder)
+        return _shown(profile, profile, fam.configs(profile), stored, folder=folder, trained_here=True,
+                      reason=f"trained just now on this machine at the `{profile}` profile")
+    configs = fam.configs(profile)
+    stored = [fam.load(c, results_dir) for c in configs]
+    current = [(c, s) for c, s in zip(configs, stored) if s.status == CURRENT]
+    bad = [s for s in stored if s.status != CURRENT]
+    if not bad:
+        return PageResults(profile, profile, tuple(stored), tuple(configs))
+    if needs is not None and current and needs([s.data for _, s in current]):
+        return PageResults(profile, profile, tuple(s for _, s in current),
+                           tuple(c for c, _ in current), left_out=tuple(bad))
+    if needs is None:
+        why = f"{len(bad)} of the {len(stored)} `{profile}` results are missing or STALE ({bad[0].message})"
+    else:
+        names = ", ".join(s.path.stem for s in bad[:3]) + (", ..." if len(bad) > 3 else "")
+        why = f"the `{profile}` results the page needs are missing or STALE ({names})"
+    folder = scratch_folder(chapter)
+    stored = train_here(family, "quick", folder)
+    return _shown("quick", profile, fam.configs("quick"), stored, folder=folder, trained_here=True,
+                  reason=f"of a `quick` run made just now, because {why}")
+
+
+def _shown(profile, asked, configs, stored, **kwargs) -> PageResults:
+    bad = [s for s in stored if s.status != CURRENT]
+    if bad or len(configs) != len(stored):  # a run made here stores every result it was asked for
+        raise RuntimeError(f"the run made here left {len(bad)} of {len(stored)} results not CURRENT"
+                           + (f": {bad[0].message}" if bad else ""))
+    return PageResults(profile, asked, tuple(stored), tuple(configs), **kwargs)

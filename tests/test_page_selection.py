@@ -1,0 +1,115 @@
+"""Which results a chapter page shows (nmst_lib.experiments.page_selection): the whole committed
+profile, the stored part of it with the rest named, or a run made here, each with the notice a
+reader sees. Uses copies of the published GPT-2 cpu results (seven small JSON files) in a
+temporary folder; the run made here is replaced by a stand-in that records how it was called."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nmst_lib.experiments import CURRENT, StoredResult, get_family, page_results, published_results_dir
+from nmst_lib.experiments import page_selection as page_module
+
+FAMILY = get_family("gpt2")
+CPU = FAMILY.configs("cpu")
+VA = next(c for c in CPU if c.head == "va")
+ST = next(c for c in CPU if c.head == "st")
+
+
+def stored_folder(tmp_path: Path, leave_out=()) -> Path:
+    """A results folder holding the published GPT-2 cpu results but ``leave_out``'s."""
+    folder = tmp_path / "results"
+    for config in CPU:
+        if config in leave_out:
+            continue
+        target = FAMILY.path(config, folder)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FAMILY.path(config, published_results_dir()), target)
+    return folder
+
+
+@pytest.fixture
+def trained(monkeypatch):
+    """A stand-in for train_here: records its calls, returns a CURRENT result for every config."""
+    calls = []
+
+    def fake_train_here(family, profile, folder, **kwargs):
+        calls.append((family, profile, str(folder)))
+        return [StoredResult(CURRENT, Path(folder) / f"{c.key}.json", {"key": c.key}, "made here")
+                for c in get_family(family).configs(profile)]
+
+    monkeypatch.setattr(page_module, "train_here", fake_train_here)
+    monkeypatch.setattr(page_module, "scratch_folder", lambda chapter: f"scratch-{chapter}")
+    return calls
+
+
+def has_va(data):
+    return any(d["config"]["head"] == "va" for d in data)
+
+
+def test_the_whole_stored_profile_is_shown_without_a_notice(tmp_path, trained):
+    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path), needs=has_va)
+    assert (page.profile, page.asked, page.trained_here, page.folder) == ("cpu", "cpu", False, None)
+    assert [s.path.stem for s in page.results] == [c.key for c in CPU]
+    assert list(page.configs) == CPU and not page.partial and page.notices() == []
+    assert [d["key"] for d in page.data] == [c.key for c in CPU]
+    assert trained == []
+
+
+def test_a_partial_page_shows_the_stored_models_and_names_the_missing_one(tmp_path, trained):
+    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=[ST]), needs=has_va)
+    assert page.profile == "cpu" and page.partial and trained == []
+    assert [c.key for c in page.configs] == [s.path.stem for s in page.results]
+    assert ST.key not in [s.path.stem for s in page.results] and len(page.results) == len(CPU) - 1
+    assert [s.path.stem for s in page.left_out] == [ST.key]
+    (notice,) = page.notices()
+    assert f"showing the {len(CPU) - 1} `cpu` models that are stored" in notice
+    assert ST.key in notice and "cannot be checked" in notice
+
+
+def test_without_what_the_page_needs_it_falls_back_to_a_quick_run_and_says_why(tmp_path, trained):
+    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=[VA]), needs=has_va)
+    assert trained == [("gpt2", "quick", "scratch-ch7")]
+    assert (page.profile, page.asked, page.trained_here, page.folder) == ("quick", "cpu", True, "scratch-ch7")
+    assert list(page.configs) == FAMILY.configs("quick") and not page.partial
+    (notice,) = page.notices()
+    assert VA.key in notice and "`quick` run made just now" in notice and "mean nothing" in notice
+
+
+def test_a_page_that_needs_the_whole_suite_falls_back_when_one_result_is_missing(tmp_path, trained):
+    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=[ST]))
+    assert page.profile == "quick" and trained == [("gpt2", "quick", "scratch-ch7")]
+    assert "1 of the 7 `cpu` results are missing or STALE" in page.notices()[0]
+
+
+def test_retrain_trains_the_chosen_profile_into_the_results_folder(tmp_path, trained, monkeypatch):
+    monkeypatch.setenv("NMST_RESULTS_DIR", str(tmp_path / "mine"))
+    page = page_results("gpt2", "cpu", retrain=True, needs=has_va)
+    assert trained == [("gpt2", "cpu", str(tmp_path / "mine"))]
+    assert page.profile == "cpu" and page.trained_here and list(page.configs) == CPU
+    (notice,) = page.notices()
+    assert "trained just now on this machine at the `cpu` profile" in notice
+    assert "mean nothing" not in notice
+
+
+def test_a_run_made_here_that_leaves_a_result_missing_is_an_error(monkeypatch):
+    monkeypatch.setattr(page_module, "scratch_folder", lambda chapter: "scratch")
+    monkeypatch.setattr(page_module, "train_here", lambda family, profile, folder, **kw: [
+        StoredResult("missing", Path("x.json"), None, "no file")] * len(get_family(family).configs(profile)))
+    with pytest.raises(RuntimeError, match="not CURRENT: no file"):
+        page_results("gpt2", "quick")
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"family": "gpt3"}, ValueError, "gpt3"),
+    ({"profile": 1}, TypeError, "profile must be a profile name"),
+    ({"needs": True}, TypeError, "needs must be None"),
+])
+def test_bad_arguments_say_what_was_wrong(kwargs, error, match):
+    args = {"family": "gpt2", "profile": "cpu", **kwargs}
+    family, profile = args.pop("family"), args.pop("profile")
+    with pytest.raises(error, match=match):
+        page_results(family, profile, **args)
