@@ -191,6 +191,11 @@ def _add_suite_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="run N models at once, each in its own process with --threads "
                         "threads (on a 2-core CPU: --jobs 2 --threads 1) [1]")
+    g.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="set an option field for every model of the suite, on top of its own "
+                        "settings, e.g. --set vocab_kind=bpe --set vocab_cap=4000 (repeatable; JSON "
+                        "values; not profile, arch, head, eps, alpha or seed, which the suite "
+                        "chooses): a different suite, with its own keys and hashes")
     _add_nproc(g)
     _add_common(p)
 
@@ -306,15 +311,21 @@ def _parse_value(text: str):
         return text
 
 
-def _config_from_args(args):
-    from .experiments.config import make_config
-
+def _set_overrides(items) -> dict:
+    """The ``--set FIELD=VALUE`` options as a dict (values parsed as JSON where they are)."""
     overrides = {}
-    for item in args.set:
+    for item in items:
         if "=" not in item:
             raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         overrides[key.strip()] = _parse_value(value)
+    return overrides
+
+
+def _config_from_args(args):
+    from .experiments.config import make_config
+
+    overrides = _set_overrides(args.set)
     if args.decoders:
         overrides["decoders"] = tuple(d.strip() for d in args.decoders.split(",") if d.strip())
     if args.alpha is not None:
@@ -403,6 +414,8 @@ def _suite_module_args(args) -> list[str]:
         if value is not None:
             out += [flag, str(value)]
     out += [flag for flag, on in (("--force", args.force), ("--no-progress", args.no_progress)) if on]
+    for item in args.set:
+        out += ["--set", item]
     return out
 
 
@@ -413,7 +426,8 @@ def _cmd_suite(args) -> int:
     from .experiments.family import get_family, run_family_suite, select_configs
 
     family = get_family(args.family)
-    configs = select_configs(family.configs(args.profile), args.only,
+    overrides = _set_overrides(args.set)
+    configs = select_configs(family.configs(args.profile, **overrides), args.only,
                              suite=f"the {args.profile} {family.title} suite")
     if args.dry_run:
         for c in configs:
@@ -422,7 +436,7 @@ def _cmd_suite(args) -> int:
     results = run_family_suite(family, args.profile, only=args.only, force=args.force, results_dir=args.out,
                                checkpoint_dir=args.checkpoint_dir, device=args.device,
                                progress=not args.no_progress, log=_log, command=_command(args), jobs=args.jobs,
-                               threads=args.threads)
+                               threads=args.threads, overrides=overrides)
     if os.environ.get("RANK", "0") == "0":  # under torchrun only rank 0 reports
         _log(f"[{family.name}] {len(results)} results in {results[0].path.parent if results else args.out}: "
              + ", ".join(f"{r.path.stem} {r.status.upper()}" for r in results))

@@ -21,6 +21,13 @@
 #       curve this rule stops at about epoch 28, and the cap of 60 leaves room for the slower heads.
 # One thread per run: a 2-core machine runs two of these scripts side by side, on different SEEDS
 # or on different architectures (ARCHS="lstm" in one, ARCHS="rnn" in the other; default both).
+#
+# Chapters 8 and 9 follow Chapter 6's recipe (the same --set fields, applied by the suite to every
+# model on top of its own settings; nmst_lib.experiments.config.suite_overrides):
+#   FAMILY=sparse bash scripts/converge_cpu.sh OUT_DIR CHECKPOINT_DIR        (Chapter 8, 4 models)
+#   FAMILY=temperature ONLY=KEY[,KEY] bash scripts/converge_cpu.sh OUT_DIR CHECKPOINT_DIR   (Chapter 9)
+# Chapter 8's softmax model is Chapter 6's LSTM VA seed 0 (same training hash): with the same
+# CHECKPOINT_DIR it is evaluated, not trained again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 2 ]; then echo "usage: bash scripts/converge_cpu.sh OUT_DIR CHECKPOINT_DIR [SEEDS...]" >&2; exit 2; fi
@@ -31,6 +38,10 @@ PY=${PYTHON:-.venv/bin/python}
 VOCAB=4000 CAP=60 PATIENCE=2 MIN_IMPROVEMENT=0.005
 recipe=(--set vocab_kind=bpe --set vocab_cap=$VOCAB --set drop_unk=true --set max_epochs=$CAP --set patience=$PATIENCE
         --set min_improvement=$MIN_IMPROVEMENT)
+if [ -n "${FAMILY:-}" ] && [ "$FAMILY" != wikitext2 ]; then
+  exec "$PY" -m nmst_lib suite "$FAMILY" --profile cpu "${recipe[@]}" ${ONLY:+--only "$ONLY"} --threads 1 \
+    --no-progress --out "$out" --checkpoint-dir "$ckpt"
+fi
 runs=("va -" "nmst 5e-4" "st 5e-4" "nmst 1e-4" "st 1e-4")
 key_of() { echo "cpu-$1-$2$([ "$3" = - ] || echo "-eps$3")-bpe$((VOCAB / 1000))k-nounk-seed$4"; }
 total=0

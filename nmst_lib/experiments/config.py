@@ -56,6 +56,7 @@ from .decoder_names import (
 
 __all__ = [
     "ARCHS",
+    "SUITE_CHOSEN_FIELDS",
     "CPU_EPS",
     "DECODING_FIELDS",
     "EPS_HEADS",
@@ -76,6 +77,7 @@ __all__ = [
     "default_decoders",
     "make_config",
     "normalise_head",
+    "suite_overrides",
     "training_hash",
     "validate_config",
 ]
@@ -748,6 +750,32 @@ def default_decoders(profile: str, head: str, eps: float | None, seed: int = 0, 
     if eps is not None and math.isclose(eps, featured[profile]):
         return ALL_DECODERS
     return GREEDY_ONLY
+
+
+SUITE_CHOSEN_FIELDS = ("profile", "arch", "head", "eps", "alpha", "seed")
+"""The fields a suite chooses for each of its models; :func:`suite_overrides` refuses them."""
+
+
+def suite_overrides(overrides: dict) -> dict:
+    """``overrides`` checked for a whole suite (``python -m nmst_lib suite FAMILY --set
+    FIELD=VALUE``; every family's ``configs(profile, **overrides)``): option fields of
+    :data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS` only, applied to every model of
+    the suite on top of the suite's own settings. A model's identity (profile, arch, head, eps,
+    alpha, seed) is the suite's to choose: naming one, or an unknown field, is a ValueError. A
+    suite trained with overrides is a different suite (every config hash changes); this is how a
+    new recipe is trained before a chapter switches its profile to it (issue 23's converged
+    recipe, ``scripts/converge_cpu.sh``)."""
+    if not isinstance(overrides, dict):
+        raise TypeError(f"overrides must be a dict of field names to values, got {type(overrides).__name__}")
+    chosen = sorted(set(overrides) & set(SUITE_CHOSEN_FIELDS))
+    if chosen:
+        raise ValueError(f"a suite chooses {', '.join(SUITE_CHOSEN_FIELDS)} for each of its models; "
+                         f"overrides cannot set {', '.join(chosen)}")
+    unknown = sorted(set(overrides) - set(FIELD_SECTIONS))
+    if unknown:
+        raise ValueError(f"unknown config field(s) {', '.join(unknown)} in the suite's overrides; known: "
+                         f"{', '.join(sorted(FIELD_SECTIONS))}")
+    return dict(overrides)
 
 
 def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", eps: float | None = None,

@@ -69,8 +69,8 @@ class Family:
     sub-folder of a results directory; a function of the config when it depends
     on it, e.g. Chapter 6's GPT-2 runs go to ``gpt2/``), ``config_type`` (the
     class of its configs: every config has ``key``, ``to_dict()`` and ``model``
-    or is itself the training config), ``configs(profile)`` (the suite at a
-    profile, in run order), ``config_hash(config)``, ``config_from_dict(d)``
+    or is itself the training config), ``configs(profile, **overrides)`` (the suite at a
+    profile, in run order; ``overrides``: option fields set for every model), ``config_hash(config)``, ``config_from_dict(d)``
     (inverse of ``config.to_dict()``), ``run(config, *, results_dir,
     checkpoint_dir, resume, device, progress, log, command)`` (train or resume,
     evaluate, store; returns the
@@ -396,12 +396,16 @@ def run_family_suite(
     command: str | None = None,
     jobs: int = 1,
     threads: int | None = None,
+    overrides: dict | None = None,
 ) -> list[StoredResult]:
     """Run every config of ``family`` at ``profile`` (``only``:
     :func:`select_configs`) whose stored result is not CURRENT (all of them
     with ``force``, trained from scratch), resuming from checkpoints; returns
     the stored results of the selected configs, in order. The one runner behind
     ``python -m nmst_lib suite FAMILY`` and every chapter's suite function.
+    ``overrides`` (``suite --set FIELD=VALUE``): option fields set for every
+    model, as ``family.configs(profile, **overrides)`` applies them
+    (:func:`~nmst_lib.experiments.config.suite_overrides`).
 
     ``jobs > 1`` runs that many configs at once, each in its own (spawned)
     process with ``threads`` torch threads (on a 2-core CPU: ``jobs=2,
@@ -419,7 +423,7 @@ def run_family_suite(
         raise TypeError(f"force must be True or False, got {force!r}")
     jobs = check_positive_int(jobs, "jobs")
     configs = select_configs(
-        family.configs(profile),
+        family.configs(profile, **(overrides or {})),
         only,
         suite=f"the {profile} {family.title} suite",
     )

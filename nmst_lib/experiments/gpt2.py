@@ -59,6 +59,7 @@ from .config import (
     config_from_dict,
     config_hash,
     make_config,
+    suite_overrides,
 )
 from .family import Family, register, run_family_suite
 from .results import GPT2_FOLDER, RESULT_SCHEMA, StoredResult, current_records
@@ -107,9 +108,10 @@ def _check_profile(profile) -> str:
     return profile
 
 
-def gpt2_suite_configs(profile: str) -> list[ExperimentConfig]:
+def gpt2_suite_configs(profile: str, **overrides) -> list[ExperimentConfig]:
     """Every GPT-2 model Chapter 7 (07_gpt2) needs at ``profile``, in run order (Choi, Cho, Lee
-    (2023) Sec. 4.2 and App. D; Welleck et al. (2020) Sec. 5.3).
+    (2023) Sec. 4.2 and App. D; Welleck et al. (2020) Sec. 5.3); ``overrides``: option fields set
+    for every model (:func:`~nmst_lib.experiments.config.suite_overrides`).
 
     * ``quick``: VA, ST and NMST at eps = 1e-2 (``GPT2_FEATURED_EPS["quick"]``), seed 0, each with
       every decoder (greedy, ancestral, top-2/4, nucleus-0.2/0.4, beam-2/4; VA also consistent
@@ -123,20 +125,23 @@ def gpt2_suite_configs(profile: str) -> list[ExperimentConfig]:
       :data:`WELLECK_EPS` seed 0 (Welleck et al.'s Table 4 model).
     """
     _check_profile(profile)
+    overrides = suite_overrides(overrides)
     if profile == "quick":
         eps = GPT2_FEATURED_EPS["quick"]
-        return [make_config("quick", "gpt2", "va", None, 0, decoders=_EVERY_DECODER + _VA_CONSISTENT),
-                make_config("quick", "gpt2", "st", eps, 0, decoders=_EVERY_DECODER),
-                make_config("quick", "gpt2", "nmst", eps, 0, decoders=_EVERY_DECODER)]
+        every = {"decoders": _EVERY_DECODER, **overrides}
+        return [make_config("quick", "gpt2", "va", None, 0, **{**every, "decoders": _EVERY_DECODER + _VA_CONSISTENT,
+                                                               **overrides}),
+                make_config("quick", "gpt2", "st", eps, 0, **every),
+                make_config("quick", "gpt2", "nmst", eps, 0, **every)]
     eps_grid = GPT2_CPU_EPS if profile == "cpu" else PAPER_EPS
     seeds = (0,) if profile == "cpu" else tuple(range(10))
     configs = []
     for seed in seeds:
-        configs.append(make_config(profile, "gpt2", "va", None, seed))
-        configs += [make_config(profile, "gpt2", "st", eps, seed) for eps in eps_grid]
-        configs += [make_config(profile, "gpt2", "nmst", eps, seed) for eps in eps_grid]
+        configs.append(make_config(profile, "gpt2", "va", None, seed, **overrides))
+        configs += [make_config(profile, "gpt2", "st", eps, seed, **overrides) for eps in eps_grid]
+        configs += [make_config(profile, "gpt2", "nmst", eps, seed, **overrides) for eps in eps_grid]
     if not any(c.head == "st" and c.eps is not None and math.isclose(c.eps, WELLECK_EPS) for c in configs):
-        configs.append(make_config(profile, "gpt2", "st", WELLECK_EPS, 0))
+        configs.append(make_config(profile, "gpt2", "st", WELLECK_EPS, 0, **overrides))
     return configs
 
 

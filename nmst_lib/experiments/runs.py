@@ -24,6 +24,7 @@ from .config import (
     config_from_dict,
     config_hash,
     make_config,
+    suite_overrides,
     parse_decoder,
     validate_config,
 )
@@ -374,8 +375,9 @@ def load_or_run(config: ExperimentConfig, *, results_dir=None, run: bool = True,
 # ------------------------------------------------------------------------------------ suites
 
 
-def suite_configs(profile: str) -> list[ExperimentConfig]:
-    """Every run Chapter 6 (06_wikitext) needs at ``profile``.
+def suite_configs(profile: str, **overrides) -> list[ExperimentConfig]:
+    """Every run Chapter 6 (06_wikitext) needs at ``profile`` (``overrides``: option fields set for
+    every run, :func:`~nmst_lib.experiments.config.suite_overrides`).
 
     Decoders per run follow :func:`nmst_lib.experiments.config.default_decoders`.
 
@@ -386,8 +388,10 @@ def suite_configs(profile: str) -> list[ExperimentConfig]:
       for all; every decoder for seed 0's VA and ST/NMST at eps = 5e-4.
     * ``quick``: LSTM x {VA, ST, NMST at eps = 1e-2}, seed 0, greedy, top-2 and beam-2.
     """
+    overrides = suite_overrides(overrides)
     if profile == "quick":
-        return [make_config("quick", "lstm", h, e, 0) for h, e in (("va", None), ("st", 1e-2), ("nmst", 1e-2))]
+        return [make_config("quick", "lstm", h, e, 0, **overrides)
+                for h, e in (("va", None), ("st", 1e-2), ("nmst", 1e-2))]
     if profile not in ("cpu", "paper"):
         raise ValueError(f"unknown profile {profile!r}: choose quick, cpu or paper")
     eps_grid = CPU_EPS if profile == "cpu" else PAPER_EPS
@@ -395,8 +399,9 @@ def suite_configs(profile: str) -> list[ExperimentConfig]:
     configs = []
     for arch in ("rnn", "lstm"):
         for seed in seeds:
-            configs.append(make_config(profile, arch, "va", None, seed))
-            configs += [make_config(profile, arch, head, eps, seed) for head in ("st", "nmst") for eps in eps_grid]
+            configs.append(make_config(profile, arch, "va", None, seed, **overrides))
+            configs += [make_config(profile, arch, head, eps, seed, **overrides)
+                        for head in ("st", "nmst") for eps in eps_grid]
     return configs
 
 

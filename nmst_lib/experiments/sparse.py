@@ -69,6 +69,7 @@ from .config import (
     canonical_hash,
     config_from_dict,
     make_config,
+    suite_overrides,
     parse_decoder,
     training_hash,
     validate_config,
@@ -289,9 +290,11 @@ _SUITE_PROFILE = {
 }
 
 
-def sparse_suite_configs(profile: str) -> list[SparseConfig]:
+def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
     """The models of Chapter 8 (08_sparse) at ``profile``, in run order: softmax/NLL, entmax loss
     alpha = 1.5, NMST-entmax (eps = the profile's featured eps, alpha = 1.5), entmax loss alpha = 1.2.
+    ``overrides``: option fields set for every model's training config, on top of the suite's
+    (:func:`~nmst_lib.experiments.config.suite_overrides`).
 
     Training: :func:`~nmst_lib.experiments.config.make_config` (``profile``, ``"lstm"``) for every
     head, i.e. at ``cpu`` the LSTM 2 x 128, vocabulary 5,000 + ``<unk>``, 4 epochs, lr 2e-3 of
@@ -307,6 +310,7 @@ def sparse_suite_configs(profile: str) -> list[SparseConfig]:
     if profile not in _SUITE_PROFILE:
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
     settings = _SUITE_PROFILE[profile]
+    overrides = suite_overrides(overrides)
     eps = FEATURED_EPS[profile]
     models = [("va", None, None), ("entmax", None, ENTMAX_ALPHAS[0]), ("nmst-entmax", eps, NMST_ENTMAX_ALPHA),
               ("entmax", None, ENTMAX_ALPHAS[1])]
@@ -314,7 +318,8 @@ def sparse_suite_configs(profile: str) -> list[SparseConfig]:
     for head, e, alpha in models:
         extra = {} if alpha is None else {"alpha": alpha}
         rnt_decoders = ("greedy", "ancestral") + ((f"entmax-{NMST_ENTMAX_ALPHA:g}",) if head == "va" else ())
-        model = make_config(profile, "lstm", head, e, 0, decoders=rnt_decoders, **settings["model"], **extra)
+        model = make_config(profile, "lstm", head, e, 0,
+                            **{"decoders": rnt_decoders, **settings["model"], **extra, **overrides})
         decoders = _table_decoders(head)
         out.append(SparseConfig(model=model, decoders=decoders, distinct_decoders=decoders,
                                 explorer_contexts=settings["explorer"] if head == "va" else 0,

@@ -68,6 +68,7 @@ from .config import (
     canonical_hash,
     config_from_dict,
     make_config,
+    suite_overrides,
     training_hash,
     validate_config,
 )
@@ -273,9 +274,11 @@ _SUITE_EVALUATION = {
 _SUITE_DECODERS = {"quick": ("greedy", "top-2"), "cpu": CT_DECODERS, "paper": CT_DECODERS}
 
 
-def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
+def temperature_suite_configs(profile: str, **overrides) -> list[TemperatureConfig]:
     """The models of Chapter 9 (09_temperature) at ``profile``, in run order (see the module
-    docstring): CT-VA sigmoid + LS; CT-NMST (eps = the profile's featured eps) sigmoid + LS; CT-VA
+    docstring; ``overrides``: option fields set for every model's training config on top of the
+    suite's, :func:`~nmst_lib.experiments.config.suite_overrides`, the parameter-matched hidden
+    size computed after them): CT-VA sigmoid + LS; CT-NMST (eps = the profile's featured eps) sigmoid + LS; CT-VA
     sigmoid without LS; CT-VA sigmoid with the literal eq. 7 LS; CT-VA power-tanh lambda 4 + LS; CT-VA
     shifted-tanh lambda 3 + LS; CT-VA softmax + LS; MoS M = 3; CT-MoS M = 3 sigmoid + LS (Contextual
     Temperature (2020) eq. 5-7, Tables 3-4); CT-VA sigmoid with (a, b) = (1/2, 1) + LS (range
@@ -292,6 +295,7 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
     decoding contexts (cpu: 128 for greedy, the first 64 for the others; L = 1e4)."""
     if profile not in _SUITE_EVALUATION:
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
+    overrides = suite_overrides(overrides)
     eps = FEATURED_EPS[profile]
     sig = dict(temperature="sigmoid")
     ls = dict(loss_scaling=True, detach_loss_scale=True)
@@ -312,7 +316,7 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
     out = []
     for head, e, fields_, featured in models:
         decoders = _SUITE_DECODERS[profile] if featured else ("greedy",)
-        model = make_config(profile, "lstm", head, e, 0, decoders=decoders, **fields_)
+        model = make_config(profile, "lstm", head, e, 0, **{"decoders": decoders, **fields_, **overrides})
         out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
     # more seeds of the last model (greedy only), against the seed spread of Chapter 6's three VA LSTMs
     centred = out[-1]
@@ -322,7 +326,8 @@ def temperature_suite_configs(profile: str) -> list[TemperatureConfig]:
     ct = out[0].model
     hidden = parameter_matched_hidden(ct, vocabulary_size_of(ct))
     for seed in (0, *CENTRED_EXTRA_SEEDS[profile]):
-        model = make_config(profile, "lstm", "va", None, seed, decoders=("greedy",), hidden=hidden)
+        model = make_config(profile, "lstm", "va", None, seed, **{"decoders": ("greedy",), **overrides,
+                                                                   "hidden": hidden})
         out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
     return out
 

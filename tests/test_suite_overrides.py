@@ -1,0 +1,85 @@
+"""A whole suite with option fields set for every model (``suite FAMILY --set FIELD=VALUE``;
+nmst_lib.experiments.config.suite_overrides): how a new recipe is trained, in every family, before
+a chapter switches its profile to it (issue 23's converged recipe). The overrides reach every
+model, the suite still chooses each model's identity, and what depends on the options is
+computed after them (Chapter 9's parameter-matched hidden size)."""
+
+from __future__ import annotations
+
+import pytest
+
+from nmst_lib import __main__ as cli
+from nmst_lib.experiments import get_family
+from nmst_lib.experiments.config import suite_overrides
+from nmst_lib.experiments.temperature_suite import parameter_matched_hidden, vocabulary_size_of
+
+RECIPE = dict(vocab_kind="bpe", vocab_cap=4000, drop_unk=True, max_epochs=60, patience=2, min_improvement=0.005)
+"""scripts/converge_cpu.sh's recipe."""
+
+
+def training_config(family, config):
+    return get_family(family).training_config(config)
+
+
+@pytest.mark.parametrize("family", ["wikitext2", "sparse", "temperature"])
+def test_the_recipe_reaches_every_model_of_the_rnn_and_lstm_suites(family):
+    plain = get_family(family).configs("cpu")
+    tuned = get_family(family).configs("cpu", **RECIPE)
+    assert len(tuned) == len(plain)
+    for before, after in zip(plain, tuned):
+        b, a = training_config(family, before), training_config(family, after)
+        assert (a.arch, a.head, a.eps, a.alpha, a.seed) == (b.arch, b.head, b.eps, b.alpha, b.seed)
+        assert (a.data.vocab_kind, a.data.vocab_cap, a.data.drop_unk) == ("bpe", 4000, True)
+        assert (a.training.max_epochs, a.training.patience, a.training.min_improvement) == (60, 2, 0.005)
+        assert a.key.endswith(f"-bpe4k-nounk-seed{a.seed}") and a.key != b.key
+        # the suite's own choices that the recipe does not name are kept (e.g. Chapter 8's 64 contexts)
+        assert a.decoding == b.decoding
+
+
+def test_gpt2_takes_the_fields_that_apply_to_it():
+    tuned = get_family("gpt2").configs("cpu", max_epochs=3)
+    assert all(c.training.max_epochs == 3 for c in tuned)
+    assert [c.key for c in tuned] == [c.key for c in get_family("gpt2").configs("cpu")]
+    with pytest.raises(ValueError, match="vocab"):
+        get_family("gpt2").configs("cpu", vocab_kind="bpe", vocab_cap=4000)
+
+
+def test_the_parameter_matched_baseline_is_matched_under_the_recipe():
+    suite = get_family("temperature").configs("cpu", **RECIPE)
+    ct = suite[0].model
+    matched = [c.model for c in suite if c.model.key.startswith("cpu-lstm-va-h")]
+    want = parameter_matched_hidden(ct, vocabulary_size_of(ct))
+    assert len(matched) == 3 and {m.model.hidden for m in matched} == {want}
+    # a 4,000-piece vocabulary moves the match away from the word vocabulary's 162
+    plain = [c.model for c in get_family("temperature").configs("cpu") if c.model.key.startswith("cpu-lstm-va-h")]
+    assert plain[0].model.hidden == 162 and want != 162
+
+
+@pytest.mark.parametrize(("overrides", "error", "match"), [
+    ({"seed": 1}, ValueError, "overrides cannot set seed"),
+    ({"head": "st", "eps": 1e-3}, ValueError, "cannot set eps, head"),
+    ({"vocab_size": 10}, ValueError, "unknown config field"),
+])
+def test_an_override_the_suite_cannot_take_is_refused(overrides, error, match):
+    with pytest.raises(error, match=match):
+        suite_overrides(overrides)
+    with pytest.raises(error, match=match):
+        get_family("sparse").configs("cpu", **overrides)
+
+
+def test_overrides_must_be_a_dict():
+    with pytest.raises(TypeError, match="dict"):
+        suite_overrides([("max_epochs", 3)])
+
+
+def test_the_suite_command_sets_fields_for_every_model(tmp_path, capsys):
+    argv = ["suite", "sparse", "--profile", "cpu", "--dry-run", "--out", str(tmp_path)]
+    sets = [arg for field, value in (("vocab_kind", "bpe"), ("vocab_cap", "4000"), ("drop_unk", "true"))
+            for arg in ("--set", f"{field}={value}")]
+    assert cli.main(argv + sets) == 0
+    keys = [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()]
+    assert keys == [c.key for c in get_family("sparse").configs("cpu", vocab_kind="bpe", vocab_cap=4000,
+                                                                drop_unk=True)]
+    assert all(key.endswith("-bpe4k-nounk-seed0") for key in keys)
+    assert cli.main(argv + ["--set", "seed=2"]) == 2
+    assert "overrides cannot set seed" in capsys.readouterr().err
