@@ -379,6 +379,21 @@ class Findings:
         """A finding the book did not test, with the reason."""
         return self._add(Finding(claim, "not run", None, None, f"not run: {_text(reason, 'reason')}"))
 
+    def not_stored(self, claim: Claim, missing) -> Finding:
+        """A finding whose models are not stored: *not run*, naming them.
+
+        A page that shows the stored part of its suite
+        (:mod:`nmst_lib.experiments.page_selection`) still lists every finding
+        of the suite; one that needs a missing model says so instead of being
+        dropped (Chapter 6). ``missing``: the models' names, e.g.
+        ``["LSTM ST ε=1e-4"]`` (at least one)."""
+        names = [missing] if isinstance(missing, str) else list(missing)
+        if not names:
+            raise ValueError("not_stored needs the names of the missing models, got none")
+        names = [_text(n, "a missing model's name") for n in names]
+        verb = "is" if len(names) == 1 else "are"
+        return self.not_run(claim, f"{' and '.join(names)} {verb} not stored")
+
     def __getitem__(self, claim_id: str) -> Finding:
         for f in self.items:
             if f.claim.id == claim_id:

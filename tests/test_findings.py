@@ -99,6 +99,8 @@ def test_binomial_band_of_two_rates_stays_positive_at_zero_and_one():
     (lambda: Finding(CLAIM, "holds"), ValueError),
     (lambda: noise_band(floor=1.0), TypeError),
     (lambda: Findings("c").not_run(CLAIM, ""), ValueError),
+    (lambda: Findings("c").not_stored(CLAIM, []), ValueError),
+    (lambda: Findings("c").not_stored(CLAIM, ["LSTM VA", " "]), ValueError),
 ])
 def test_bad_input_is_refused_with_a_clear_error(bad, error):
     with pytest.raises(error):
@@ -128,6 +130,16 @@ def test_counts_summary_and_list_come_from_the_verdicts():
     assert text.count("\n") == 4 and "*within noise*" in text and "Theorem 8.6" in text
     assert "+2.00" in text and "±1.00" in text  # the sizes are printed
     assert [r["verdict"] for r in f.rows()] == list(VERDICTS)
+
+
+def test_a_finding_whose_models_are_not_stored_is_not_run_and_names_them():
+    f = Findings("ch6")
+    one = f.not_stored(Claim("a", "P", "T1", "a holds"), "LSTM VA")
+    two = f.not_stored(Claim("b", "P", "T1", "b holds"), ["RNN ST ε=1e-4", "RNN NMST ε=1e-4"])
+    assert one.verdict == two.verdict == "not run" and not one.counted
+    assert one.reason == "not run: LSTM VA is not stored"
+    assert two.reason == "not run: RNN ST ε=1e-4 and RNN NMST ε=1e-4 are not stored"
+    assert f.counts()["not run"] == 2 and "2 were not run" in f.summary()
 
 
 # ----- No chapter states a verdict count that the engine did not compute -----------------
