@@ -110,5 +110,6 @@ stage course-book bash scripts/book.sh --course
 
 export NMST_REQUIRE_SITE=1   # site tests fail (instead of skipping) when the build is missing
 # Two workers; --dist loadfile keeps each test file (and its browser and module fixtures) on one.
+# --durations: the slowest steps of the run, printed every time (where this stage's time goes).
 stage main-pytest .venv/bin/python -m pytest tests/site tests/classroom "${skipped[@]}" \
-  -n 2 --dist loadfile -q -p no:cacheprovider "$@"
+  -n 2 --dist loadfile -q -p no:cacheprovider --durations=25 "$@"
