@@ -12,7 +12,8 @@
 #      Colab simulation      side by side with the website (independent, one process each): each
 #                            chapter alone in a fresh Python, installing the wheel offline
 #   6. PDF                   the whole book through LaTeX (scripts/pdf.sh; installs Debian's TeX if absent)
-#   7. course edition        the site without solutions (reuses the execution cache)
+#   7. course edition        the site without solutions (reuses the execution cache); side by side
+#                            with the PDF (independent, one process each)
 #   8. main pytest run       the site checks in a real browser (tests/site), the classroom grading
 #                            (tests/classroom), and the real-data tests skipped in step 2
 # Each stage's time is printed at the end of the run (also when a stage fails).
@@ -103,10 +104,13 @@ export NMST_REQUIRE_ASSIGNMENTS=1
 book() { bash scripts/book.sh; }
 colab_simulation() { bash scripts/colab_sim.sh; }
 side_by_side book book colab-simulation colab_simulation
-# The book as a PDF (scripts/pdf.sh: installs Debian's TeX if missing, reuses the execution cache).
-stage pdf bash scripts/pdf.sh
-# The course edition of the site (no solution dropdowns; reuses the execution cache just filled).
-stage course-book bash scripts/book.sh --course
+# The book as a PDF (scripts/pdf.sh: installs Debian's TeX if missing) and the course edition of
+# the site (no solution dropdowns), side by side: both only read the execution cache the website
+# just filled (the course build copies it first), write to different folders (_build/latex,
+# _build/course), and each runs one process (LaTeX is single-threaded).
+pdf() { bash scripts/pdf.sh; }
+course_book() { bash scripts/book.sh --course; }
+side_by_side pdf pdf course-book course_book
 
 export NMST_REQUIRE_SITE=1   # site tests fail (instead of skipping) when the build is missing
 # Two workers; --dist loadfile keeps each test file (and its browser and module fixtures) on one.
