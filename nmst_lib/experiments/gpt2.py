@@ -128,9 +128,9 @@ def gpt2_suite_configs(profile: str, **overrides) -> list[ExperimentConfig]:
     overrides = suite_overrides(overrides)
     if profile == "quick":
         eps = GPT2_FEATURED_EPS["quick"]
+        va = {"decoders": _EVERY_DECODER + _VA_CONSISTENT, **overrides}
         every = {"decoders": _EVERY_DECODER, **overrides}
-        return [make_config("quick", "gpt2", "va", None, 0, **{**every, "decoders": _EVERY_DECODER + _VA_CONSISTENT,
-                                                               **overrides}),
+        return [make_config("quick", "gpt2", "va", None, 0, **va),
                 make_config("quick", "gpt2", "st", eps, 0, **every),
                 make_config("quick", "gpt2", "nmst", eps, 0, **every)]
     eps_grid = GPT2_CPU_EPS if profile == "cpu" else PAPER_EPS

@@ -89,7 +89,8 @@ def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResul
     )
 
 
-def _check_args(family: str, profile: str, needs) -> None:
+def _check_args(family: str, profile: str, needs):
+    """The registered family named ``family``, after checking the arguments."""
     if not isinstance(profile, str):
         raise TypeError(f"profile must be a profile name (str), got {type(profile).__name__}")
     if needs is not None and not callable(needs):
@@ -97,7 +98,7 @@ def _check_args(family: str, profile: str, needs) -> None:
             "needs must be None (every result of the suite must be stored) or a function of the "
             f"stored results' dicts that says whether they make the page, got {type(needs).__name__}"
         )
-    get_family(family)  # ValueError naming the families
+    return get_family(family)  # ValueError naming the families
 
 
 def page_results(
@@ -122,8 +123,7 @@ def page_results(
 
     ``needs=None`` asks for the whole suite. Chapter 7 passes "a VA model is stored", Chapter 9
     "the sigmoid contextual-temperature VA model is stored"."""
-    _check_args(family, profile, needs)
-    fam = get_family(family)
+    fam = _check_args(family, profile, needs)
     chapter = f"ch{int(fam.chapter[:2])}"
     if retrain or profile == "quick":
         folder = os.environ.get("NMST_RESULTS_DIR") or (
