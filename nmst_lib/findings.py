@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["VERDICTS", "Band", "Claim", "Finding", "Findings", "convergence", "convergence_rows", "decide",
+__all__ = ["VERDICTS", "Band", "Claim", "Finding", "Findings", "UnknownBandError", "convergence",
+           "convergence_rows", "decide",
            "last_epoch_floor", "noise_band", "RECIPE_FIELDS", "recipe_rows", "recipe_summary",
            "convergence_summary"]
 
@@ -120,6 +121,10 @@ class Band:
         return cls(k * math.sqrt(var), f"{k:g} binomial s.e. (Agresti-Coull) on {' and '.join(ns)} {_text(unit, 'unit')}")
 
 
+class UnknownBandError(ValueError):
+    """One seed per model and no stated floor: no noise band, so no verdict (:func:`noise_band`)."""
+
+
 def noise_band(*, seeds=None, floor: Band | None = None) -> Band:
     """The band of the rule: from the seeds when each side has >= 2, else the stated floor.
 
@@ -134,8 +139,8 @@ def noise_band(*, seeds=None, floor: Band | None = None) -> Band:
         if groups and all(g.size >= 2 for g in groups):
             from_seeds = Band.from_seeds(*groups)
     if from_seeds is None and floor is None:
-        raise ValueError("one seed and no stated floor: the noise band is unknown, so no verdict can be "
-                         "read; give >= 2 seeds per model or a floor (Band.floor(width, reason))")
+        raise UnknownBandError("one seed and no stated floor: the noise band is unknown, so no verdict can be "
+                               "read; give >= 2 seeds per model or a floor (Band.floor(width, reason))")
     if from_seeds is None or (floor is not None and floor.half_width > from_seeds.half_width):
         return floor
     return from_seeds
@@ -146,9 +151,12 @@ def convergence(result) -> dict:
 
     Returns ``metric`` (``val_ppl``, or ``val_loss`` where the history has no perplexity,
     as for the entmax models of Chapter 8), ``best_epoch``, ``last_epoch``, ``last_change``
-    (last epoch's value minus the one before; NaN with one epoch) and ``converged``: True when
-    the best epoch came before the last one (validation had stopped improving), False when
-    the last epoch was still the best, i.e. training was cut while the model improved.
+    (last epoch's value minus the one before; NaN with one epoch), ``stopped_early`` (the
+    trainer's early stopping fired: ``patience`` epochs in a row without an improvement of more
+    than ``min_improvement``, Choi, Cho, Lee (2023) App. D's rule; ``metrics.stopped_early``) and
+    ``converged``: True when early stopping fired or the best epoch came before the last one
+    (validation had stopped improving), False when training was cut by its epoch limit while the
+    last epoch was still the best, i.e. while the model improved.
     """
     try:
         history = list(result["metrics"]["history"])
@@ -160,8 +168,9 @@ def convergence(result) -> dict:
     values = [float(h[metric]) for h in history]
     best = int(np.argmin(values)) + 1
     change = values[-1] - values[-2] if len(values) >= 2 else math.nan
-    return {"metric": metric, "best_epoch": best, "last_epoch": len(values),
-            "last_change": change, "converged": best < len(values)}
+    stopped_early = result["metrics"].get("stopped_early") is True
+    return {"metric": metric, "best_epoch": best, "last_epoch": len(values), "last_change": change,
+            "stopped_early": stopped_early, "converged": stopped_early or best < len(values)}
 
 
 def convergence_rows(groups) -> list:
@@ -184,10 +193,11 @@ def convergence_rows(groups) -> list:
     return rows
 
 
-def last_epoch_floor(*runs) -> Band:
+def last_epoch_floor(*runs) -> Band | None:
     """The floor for models that had not converged: the largest last-epoch validation change
     over ``runs`` (one more epoch could move either model by that much). Runs that converged
-    contribute nothing; if every run converged the floor is 0 (the seeds must then give the band)."""
+    contribute nothing; if every run converged there is no floor (None): the seeds must then give
+    the band, and with one seed per model :meth:`Findings.judge` reads no verdict."""
     changes, metrics = [], set()
     for r in runs:
         c = convergence(r)
@@ -196,7 +206,9 @@ def last_epoch_floor(*runs) -> Band:
             changes.append(abs(c["last_change"]))
     if len(metrics) > 1:
         raise ValueError(f"the runs compared record different validation metrics {sorted(metrics)}")
-    return Band(max(changes, default=0.0), "the largest last-epoch validation change of the runs "
+    if not changes:
+        return None
+    return Band(max(changes), "the largest last-epoch validation change of the runs "
                 "compared, which were still improving")
 
 
@@ -366,8 +378,18 @@ class Findings:
 
     def judge(self, claim: Claim, value, *, seeds=None, floor: Band | None = None,
               digits: int = 2) -> Finding:
-        """Apply the rule to ``value`` with the band of :func:`noise_band`."""
-        return self._add(decide(claim, value, noise_band(seeds=seeds, floor=floor), digits=digits))
+        """Apply the rule to ``value`` with the band of :func:`noise_band`. With one seed of a
+        model and no floor (e.g. converged runs, :func:`last_epoch_floor` None) the band is
+        unknown: the finding is *not run*, naming the seeds it needs, never read with no band."""
+        try:
+            band = noise_band(seeds=seeds, floor=floor)
+        except UnknownBandError:
+            # the one-seed difference is shown, not read: the seeds that would give its band were not run
+            return self._add(Finding(claim, "not run", _real(value, "value"), None,
+                                     "not run: one seed of a model compared is stored and the runs converged "
+                                     "(no last-epoch floor), so the noise band, which needs at least two "
+                                     "seeds of each model, is unknown", digits=digits))
+        return self._add(decide(claim, value, band, digits=digits))
 
     def forced(self, claim: Claim, theorem: str, value=None, *, digits: int = 2) -> Finding:
         """A finding a proved bound decides: labelled with ``theorem``, not counted."""

@@ -58,8 +58,9 @@ def test_a_forced_zero_is_labelled_with_its_theorem_and_not_counted():
 def test_one_seed_without_a_floor_is_refused():
     with pytest.raises(ValueError, match="one seed and no stated floor"):
         noise_band(seeds=([101.0], [99.0]))
-    with pytest.raises(ValueError, match="one seed and no stated floor"):
-        Findings("ch9").judge(CLAIM, -3.0, seeds=([101.0], [99.0]))
+    # a page's Findings never reads it either: it records the finding as not run, and why
+    got = Findings("ch9").judge(CLAIM, -3.0, seeds=([101.0], [99.0]))
+    assert got.verdict == "not run" and "noise band" in got.reason and got.band is None
     with pytest.raises(ValueError, match=">= 2 seeds"):
         Band.from_seeds([1.0], [1.0, 2.0])
 
@@ -232,8 +233,11 @@ def test_say_findings_glues_list_summary_and_every_count(monkeypatch):
 
 # ----- Convergence, from the stored histories ------------------------------------------
 
-def _run(values, key="run", metric="val_ppl"):
-    return {"key": key, "metrics": {"history": [{metric: v} for v in values]}}
+def _run(values, key="run", metric="val_ppl", stopped_early=None):
+    metrics = {"history": [{metric: v} for v in values]}
+    if stopped_early is not None:
+        metrics["stopped_early"] = stopped_early
+    return {"key": key, "metrics": metrics}
 
 
 def test_a_run_whose_last_epoch_was_best_has_not_converged():
@@ -241,7 +245,7 @@ def test_a_run_whose_last_epoch_was_best_has_not_converged():
 
     still = convergence(_run([260.0, 200.0, 170.0, 152.0]))
     assert still == {"metric": "val_ppl", "best_epoch": 4, "last_epoch": 4, "last_change": -18.0,
-                     "converged": False}
+                     "stopped_early": False, "converged": False}
     done = convergence(_run([260.0, 250.0, 251.0]))
     assert done["converged"] and done["best_epoch"] == 2
     assert convergence(_run([5.1, 4.9], metric="val_loss"))["metric"] == "val_loss"
@@ -254,7 +258,7 @@ def test_the_last_epoch_floor_is_the_largest_change_of_the_unconverged_runs():
 
     a, b = _run([200.0, 170.0, 152.0], "a"), _run([210.0, 175.0, 160.0], "b")
     assert last_epoch_floor(a, b).half_width == 18.0
-    assert last_epoch_floor(_run([200.0, 150.0, 151.0])).half_width == 0.0  # converged: no floor
+    assert last_epoch_floor(_run([200.0, 150.0, 151.0])) is None  # converged: no floor
     # the issue's case: a 4.8 gap between two runs still falling 15-25 per epoch is not read
     f = Findings("ch6")
     assert f.judge(CLAIM, -4.8, floor=last_epoch_floor(a, b)).verdict == "within noise"
@@ -264,6 +268,39 @@ def test_the_last_epoch_floor_is_the_largest_change_of_the_unconverged_runs():
                              "mixed": [a, _run([200.0, 150.0, 151.0])]})
     assert [r["converged"] for r in rows] == ["no: still improving", "yes", "1 of 2 seeds"]
     assert rows[0]["best / last epoch"] == "3/3, 3/3"
+
+
+def test_a_run_that_early_stopping_ended_has_converged_even_if_its_last_epoch_was_best():
+    """The plateau rule (Choi et al. App. D) stops after epochs that each gain less than
+    min_improvement: the last epoch can still be the best by a hair. Early stopping fired, so the
+    run converged (issue 23's definition) and gives no last-epoch floor."""
+    from nmst_lib.findings import convergence, last_epoch_floor
+
+    plateau = _run([210.0, 203.8, 203.1, 202.3], stopped_early=True)
+    c = convergence(plateau)
+    assert c["stopped_early"] and c["converged"] and c["best_epoch"] == c["last_epoch"] == 4
+    cut = _run([210.0, 203.8, 203.1, 202.3], stopped_early=False)  # the epoch limit ended it
+    assert not convergence(cut)["converged"]
+    assert last_epoch_floor(plateau) is None
+    assert last_epoch_floor(plateau, cut).half_width == pytest.approx(0.8)
+
+
+def test_one_seed_of_converged_models_is_not_read_but_named_as_needing_seeds():
+    """One seed each and no floor: the band is unknown. The library never reads a gap with no
+    band (noise_band refuses), and a page's Findings records *not run*, saying why."""
+    from nmst_lib.findings import UnknownBandError, last_epoch_floor, noise_band
+
+    a = _run([210.0, 200.0, 199.5], "a", stopped_early=True)
+    b = _run([215.0, 205.0, 204.9], "b", stopped_early=True)
+    with pytest.raises(UnknownBandError, match="noise band is unknown"):
+        noise_band(seeds=([199.5], [204.9]), floor=last_epoch_floor(a, b))
+    f = Findings("ch6")
+    got = f.judge(CLAIM, -5.4, seeds=([199.5], [204.9]), floor=last_epoch_floor(a, b))
+    assert got.verdict == "not run" and "two seeds" in got.reason and not got.counted
+    assert got.value == -5.4 and got.band is None  # the one-seed gap is shown, with no band
+    # two seeds each: the seeds give the band and the gap is read
+    got = Findings("ch6").judge(CLAIM, -5.4, seeds=([199.5, 200.1], [204.9, 205.3]))
+    assert got.verdict in ("reproduces", "does not reproduce")
 
 
 def test_the_recipe_table_names_every_deviation_and_only_those():
