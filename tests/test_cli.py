@@ -89,11 +89,20 @@ def test_run_suite_dry_run_and_report_list_the_suite(tmp_path, capsys):
 
 def test_without_out_the_published_cpu_results_are_found(tmp_path, monkeypatch, capsys):
     """The committed cpu results ship in the package (nmst_lib/published_results): an empty
-    write directory ($NMST_RESULTS_DIR) still sees all 30 as CURRENT."""
+    write directory ($NMST_RESULTS_DIR) still sees every published one of the 30 as CURRENT,
+    and the rest of the suite as MISSING."""
+    from nmst_lib.experiments import published_results_dir, suite_configs
+
+    published = {c.key for c in suite_configs("cpu")
+                 if (published_results_dir() / "wikitext2" / f"{c.key}.json").is_file()}
+    assert published
     monkeypatch.setenv("NMST_RESULTS_DIR", str(tmp_path))
     assert cli.main(["run-suite", "--profile", "cpu", "--dry-run"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 30 and all("CURRENT" in line for line in lines)
+    assert len(lines) == 30
+    for line in lines:
+        key = line.split()[0]
+        assert ("CURRENT" if key in published else "MISSING") in line, line
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     help_text = capsys.readouterr().out

@@ -43,7 +43,7 @@ FAMILY_OF_SCHEMA = {
 
 
 def test_there_are_stored_results():
-    assert len(STORED) >= 50
+    assert len(STORED) >= 40
     assert any(p.parent.name == "gpt2" for p in STORED)
 
 
@@ -128,7 +128,8 @@ def test_each_family_round_trips(flat):
 def test_sections_hold_the_options():
     lstm = make_config("cpu", "lstm", "va")
     assert lstm.model == ModelOptions(hidden=128, layers=2, dropout=0.3)
-    assert lstm.data.vocab_cap == 5000 and lstm.training.lr == 2e-3
+    assert lstm.data.vocab_kind == "bpe" and lstm.data.vocab_cap == 4000 and lstm.data.drop_unk
+    assert lstm.training.lr == 2e-3 and lstm.training.max_epochs == 60 and lstm.training.min_improvement == 0.005
     assert lstm.decoding.num_decode_contexts == 128
     assert lstm.gpt2 is None and lstm.temperature is None
     gpt2 = make_config("cpu", "gpt2", "va")
@@ -225,8 +226,8 @@ def test_each_section_validates_itself():
 def test_a_hidden_size_other_than_the_profiles_is_in_the_key():
     from nmst_lib.experiments import make_config
 
-    assert make_config("cpu", "lstm", "va").key == "cpu-lstm-va-seed0"
-    assert make_config("cpu", "lstm", "va", hidden=162).key == "cpu-lstm-va-h162-seed0"
+    assert make_config("cpu", "lstm", "va").key == "cpu-lstm-va-bpe4k-nounk-seed0"
+    assert make_config("cpu", "lstm", "va", hidden=162).key == "cpu-lstm-va-h162-bpe4k-nounk-seed0"
     assert make_config("paper", "rnn", "va").key == "paper-rnn-va-seed0"  # 256 is paper's RNN size
     assert make_config("paper", "lstm", "va", hidden=256).key == "paper-lstm-va-h256-seed0"
     assert make_config("cpu", "gpt2", "va").key == "cpu-gpt2-va-seed0"

@@ -14,6 +14,21 @@ from nmst_lib.experiments import results as R
 from nmst_lib.experiments.config import canonical_hash
 
 BOOK_FAMILIES = ("wikitext2", "gpt2", "sparse", "temperature")
+PARTIAL_FAMILIES = ("wikitext2",)
+"""Families whose cpu suite is published in part: Chapter 6's converged recipe lands run by run
+(issue 23), and its page shows the stored part with the rest named (page_selection)."""
+
+
+def _published_configs(name):
+    """(config, stored) for every config of ``name``'s cpu suite that has a published file."""
+    family = F.get_family(name)
+    published = R.published_results_dir()
+    out = []
+    for config in family.configs("cpu"):
+        stored = family.load(config, published)
+        if stored.status != R.MISSING:
+            out.append((config, stored))
+    return out
 
 
 def test_the_book_registers_four_families_and_the_cli_knows_them():
@@ -36,15 +51,25 @@ def test_the_book_registers_four_families_and_the_cli_knows_them():
 
 
 def test_every_published_result_of_every_family_loads_current_through_the_one_reader():
-    """All 52 files under nmst_lib/published_results: each is the result of a config of its
-    family's cpu suite, CURRENT, with the config hash stored in it, and the numbers on disk."""
+    """Every file under nmst_lib/published_results is the result of a config of its family's
+    cpu suite (or one of Chapter 9's Chapter 6 baselines, which Chapter 6's reader loads),
+    CURRENT, with the config hash stored in it, and the numbers on disk. Every family's suite is
+    published whole except those in PARTIAL_FAMILIES, which have at least one result."""
+    from nmst_lib.experiments.temperature_suite import baseline_configs
+
     published = R.published_results_dir()
     files = {p.resolve() for p in published.rglob("*.json")}
-    assert len(files) >= 52
+    assert len(files) >= 40
     loaded = {}
     for name in BOOK_FAMILIES:
         family = F.get_family(name)
-        for config in family.configs("cpu"):
+        configs = family.configs("cpu")
+        if name in PARTIAL_FAMILIES:
+            configs = [c for c, _ in _published_configs(name)]
+            assert configs, name
+        if name == "wikitext2":
+            configs = configs + baseline_configs("cpu")
+        for config in configs:
             stored = family.load(config, published)
             assert stored.status == R.CURRENT, (
                 name,
@@ -138,9 +163,12 @@ def test_each_suite_command_is_suite_family(
     assert [line.split()[0] for line in lines] == [
         c.key for c in F.get_family(family).configs("cpu")
     ]
-    assert all(
-        line.split()[1] == "CURRENT" for line in lines
-    )  # the published results
+    stored = {c.key for c, _ in _published_configs(family)}
+    assert stored
+    for line in lines:  # the published results, and the rest of a partial suite
+        assert line.split()[1] == ("CURRENT" if line.split()[0] in stored else "MISSING"), line
+    if family not in PARTIAL_FAMILIES:
+        assert len(stored) == len(lines)
     with pytest.raises(SystemExit):
         cli.main([command, "--help"])
     text = capsys.readouterr().out

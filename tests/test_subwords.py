@@ -14,6 +14,7 @@ from nmst_lib.data.subwords import (
     learn_subword_vocabulary,
 )
 from nmst_lib.experiments import make_config
+from nmst_lib.experiments.config import WORD_CPU_RECIPE
 from nmst_lib.experiments.runs import unk_counts
 from nmst_lib.experiments.preparation import build_vocabulary_for
 
@@ -100,17 +101,17 @@ def test_sequences_count_pieces_not_words(vocab):
 
 
 def test_config_names_the_vocabulary_in_its_key_and_keeps_word_hashes():
-    bpe = make_config("cpu", "lstm", "va", vocab_kind="bpe", vocab_cap=8000)
+    bpe = make_config("cpu", "lstm", "va", **{**WORD_CPU_RECIPE, "vocab_kind": "bpe", "vocab_cap": 8000})
     assert bpe.key == "cpu-lstm-va-bpe8k-seed0"
     assert bpe.to_dict()["vocab_kind"] == "bpe"
-    word = make_config("cpu", "lstm", "va")
+    word = make_config("cpu", "lstm", "va", **WORD_CPU_RECIPE)
     assert (
         word.key == "cpu-lstm-va-seed0" and "vocab_kind" not in word.to_dict()
     )
     odd = make_config(
         "cpu", "lstm", "nmst", eps=5e-4, vocab_kind="bpe", vocab_cap=8192
     )
-    assert odd.key == "cpu-lstm-nmst-eps5e-4-bpe8192-seed0"
+    assert odd.key == "cpu-lstm-nmst-eps5e-4-bpe8192-nounk-seed0"  # the cpu profile deletes <unk> markers
 
 
 def test_config_refuses_a_bpe_vocabulary_without_a_size_or_on_gpt2():
@@ -144,7 +145,7 @@ def test_min_improvement_is_a_relative_threshold_left_out_of_old_hashes():
     assert not _improves(99.6, 100.0, 0.005)  # 0.4 % better: a plateau epoch
     assert _improves(99.4, 100.0, 0.005)  # 0.6 % better
     assert _improves(1e9, float("inf"), 0.005)  # the first epoch always improves
-    word = make_config("cpu", "lstm", "va")
+    word = make_config("cpu", "lstm", "va", **WORD_CPU_RECIPE)
     assert "min_improvement" not in word.to_dict()
     tuned = make_config("cpu", "lstm", "va", min_improvement=0.005)
     assert tuned.to_dict()["min_improvement"] == 0.005
@@ -173,7 +174,7 @@ def test_drop_unk_markers_example_and_bad_input():
 
 
 def test_drop_unk_is_in_the_key_left_out_of_old_hashes_and_checked():
-    plain = make_config("cpu", "lstm", "va", vocab_kind="bpe", vocab_cap=4000)
+    plain = make_config("cpu", "lstm", "va", **{**WORD_CPU_RECIPE, "vocab_kind": "bpe", "vocab_cap": 4000})
     dropped = plain.replace(drop_unk=True)
     assert "drop_unk" not in plain.to_dict() and dropped.to_dict()["drop_unk"] is True
     assert (plain.key, dropped.key) == ("cpu-lstm-va-bpe4k-seed0", "cpu-lstm-va-bpe4k-nounk-seed0")

@@ -27,6 +27,7 @@ from nmst_lib.experiments import (
     train,
     training_hash,
 )
+from nmst_lib.experiments.config import WORD_CPU_RECIPE, chapter_recipe
 from nmst_lib.experiments.config_sections import TemperatureOptions
 from nmst_lib.experiments.model_setup import build_model_for
 from nmst_lib.experiments.preparation import prepare_data
@@ -60,7 +61,7 @@ def test_committed_results_of_chapters_6_to_8_keep_their_config_hashes():
     Chapters 6, 7 and 8 still has the hash and key its config gives now."""
     root = published_results_dir()
     files = sorted((root / "wikitext2").glob("*.json")) + sorted((root / "gpt2").glob("*.json"))
-    assert len(files) >= 30
+    assert len(files) >= 20
     for path in files:
         stored = json.loads(path.read_text())
         config = config_from_dict(stored["config"])
@@ -76,7 +77,7 @@ def test_committed_results_of_chapters_6_to_8_keep_their_config_hashes():
 
 def test_default_configs_have_the_keys_and_hashes_they_had():
     """Keys and hashes of default configs are unchanged (values computed before the fields existed)."""
-    c = make_config("cpu", "lstm", "va")
+    c = make_config("cpu", "lstm", "va", **WORD_CPU_RECIPE)  # the cpu profile of the first editions
     assert c.key == "cpu-lstm-va-seed0" and config_hash(c) == "b88c57d58aa8c645"
     assert c.label == "VA+LSTM"
 
@@ -97,7 +98,7 @@ def test_default_configs_have_the_keys_and_hashes_they_had():
 def test_contextual_temperature_keys_follow_the_contract(fields, key):
     fields = dict(fields)
     head, eps = fields.pop("head"), fields.pop("eps", None)
-    assert make_config("cpu", "lstm", head, eps, 0, **fields).key == key
+    assert make_config("cpu", "lstm", head, eps, 0, **fields, **WORD_CPU_RECIPE).key == key
 
 
 def test_validation_fills_the_normalisation_defaults_and_to_dict_keeps_them():
@@ -476,7 +477,8 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature():
     assert [c.model.value("detach_loss_scale") for c in configs] == [True, True, False, False, True, True, True, False, True,
                                                             True, True, True, False, False, False]
     assert configs[-1].label == "VA+LSTM (hidden 162)"
-    ch6 = make_config("cpu", "lstm", "va").to_dict()
+    # Chapter 6's LSTM by Chapter 9's recipe (the word recipe until Chapter 9's converged runs are in)
+    ch6 = make_config("cpu", "lstm", "va", **chapter_recipe("temperature", "cpu")).to_dict()
     for c in configs:
         d = c.model.to_dict()
         for k in set(ch6) - {"decoders", "head", "eps", "seed"} - ({"hidden"} if "-h162-" in c.key else set()):
@@ -486,7 +488,8 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature():
     assert [c.key for c in T.baseline_configs("cpu")] == [
         "cpu-lstm-va-seed0", "cpu-lstm-va-seed1", "cpu-lstm-va-seed2",
         "cpu-lstm-nmst-eps5e-4-seed0", "cpu-lstm-nmst-eps5e-4-seed1", "cpu-lstm-nmst-eps5e-4-seed2"]
-    assert all(s.status == CURRENT for s in T.load_baselines("cpu"))  # Chapter 6's committed results
+    assert all(s.status == CURRENT for s in T.load_baselines("cpu"))  # Chapter 6's LSTMs, committed
+    assert all(c.training.max_epochs == 4 and c.data.vocab_kind == "word" for c in T.baseline_configs("cpu"))
     with pytest.raises(ValueError, match="unknown profile"):
         T.temperature_suite_configs("laptop")
 

@@ -57,7 +57,11 @@ from .decoder_names import (
 __all__ = [
     "ARCHS",
     "SUITE_CHOSEN_FIELDS",
+    "CHAPTER_CPU_RECIPE",
+    "CONVERGED_CPU_RECIPE",
     "CPU_EPS",
+    "CPU_RECIPES",
+    "WORD_CPU_RECIPE",
     "DECODING_FIELDS",
     "EPS_HEADS",
     "FEATURED_EPS",
@@ -72,6 +76,7 @@ __all__ = [
     "SPARSE_HEADS",
     "ExperimentConfig",
     "canonical_hash",
+    "chapter_recipe",
     "config_from_dict",
     "config_hash",
     "default_decoders",
@@ -669,6 +674,49 @@ def config_from_dict(d: dict) -> ExperimentConfig:
 
 # ---------------------------------------------------------------------------------- profiles
 
+CONVERGED_CPU_RECIPE = dict(vocab_kind="bpe", vocab_cap=4000, drop_unk=True, max_epochs=60, patience=2,
+                            min_improvement=0.005)
+"""The ``cpu`` profile's vocabulary and stopping rule for RNN/LSTM models (issue 23's converged
+recipe; Chapter 6, 06_wikitext): 4,000 BPE pieces learned on the training split
+(:func:`nmst_lib.data.learn_subword_vocabulary`) after WikiText's own ``<unk>`` markers are deleted
+(:func:`nmst_lib.data.drop_unk_markers`), and Choi, Cho, Lee (2023) App. D's plateau rule: an epoch
+that lowers the validation perplexity by less than 0.5 % halves the learning rate, two such epochs
+in a row stop training, at most 60 epochs (measured: the LSTM VA model stops at about epoch 28,
+the slowest head at 36). A run is *converged* when early stopping fired
+(:func:`nmst_lib.report.training_status`)."""
+
+WORD_CPU_RECIPE = dict(vocab_kind="word", vocab_cap=5000, drop_unk=False, max_epochs=4, patience=2,
+                       min_improvement=0.0)
+"""The ``cpu`` recipe of the book's first editions: the 5,000 most frequent words + ``<unk>``
+(WikiText's markers kept) and 4 epochs, which stopped every model while it still improved.
+Chapters 8 and 9 still train with it until their converged runs are in
+(:data:`CHAPTER_CPU_RECIPE`)."""
+
+CPU_RECIPES = {"converged": CONVERGED_CPU_RECIPE, "word-4-epochs": WORD_CPU_RECIPE}
+"""The ``cpu`` recipes by name."""
+
+CHAPTER_CPU_RECIPE = {"wikitext2": "converged", "sparse": "word-4-epochs", "temperature": "word-4-epochs"}
+"""Which recipe of :data:`CPU_RECIPES` each RNN/LSTM family's ``cpu`` suite trains with. A chapter
+moves to ``converged`` when one seed of each of its configurations is published by that recipe
+(ARCHITECTURE.md, "Results, profiles and honesty"); until then it keeps its published results and
+their comparisons inside the chapter stay like for like. Chapter 9 compares with Chapter 6's
+LSTMs by its own recipe (:func:`nmst_lib.experiments.temperature_suite.baseline_configs`)."""
+
+
+def chapter_recipe(family: str, profile: str) -> dict:
+    """The option fields that ``family``'s suite at ``profile`` sets on top of
+    :func:`make_config`'s profile defaults: at ``cpu`` the fields of the recipe
+    :data:`CHAPTER_CPU_RECIPE` names for it, empty otherwise (and for ``wikitext2``, whose recipe
+    is the profile's own). A suite's ``--set`` overrides come after these."""
+    if family not in CHAPTER_CPU_RECIPE:
+        raise ValueError(f"unknown RNN/LSTM family {family!r}: choose one of {', '.join(CHAPTER_CPU_RECIPE)}")
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
+    if profile != "cpu":
+        return {}
+    return dict(CPU_RECIPES[CHAPTER_CPU_RECIPE[family]])
+
+
 _PROFILE_DEFAULTS = {
     # quick: seconds on a laptop core; for tests and CI. Numbers mean nothing.
     "quick": dict(
@@ -680,10 +728,10 @@ _PROFILE_DEFAULTS = {
     ),
     # cpu: what the website shows. See make_config's docstring for the budget.
     "cpu": dict(
-        common=dict(vocab_cap=5000, max_train_tokens=None, hidden=128, layers=2, dropout=0.3, lr=2e-3,
-                    batch_size=16, max_epochs=4, patience=2, decode_max_len=10_000, decode_max_len_nongreedy=None,
+        common=dict(max_train_tokens=None, hidden=128, layers=2, dropout=0.3, lr=2e-3,
+                    batch_size=16, decode_max_len=10_000, decode_max_len_nongreedy=None,
                     num_decode_contexts=128, num_decode_contexts_nongreedy=64, num_eos_lines=6,
-                    decode_batch_size=512),
+                    decode_batch_size=512, **CONVERGED_CPU_RECIPE),
         rnn=dict(),
         lstm=dict(),
     ),
@@ -784,18 +832,19 @@ def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", ep
 
     * ``quick``: a 2 x 32 model on 12k training tokens (4k validation / test tokens), vocabulary
       300, 2 epochs, 24 contexts decoded to L = 40. Seconds; for tests and CI; its numbers mean nothing.
-    * ``cpu`` (the website; Chapter 6's cpu suite of 30 runs takes about 3 CPU hours, i.e.
-      about 1.5 h as two single-thread processes on a 2-core machine): vocabulary capped to the
-      5,000 most frequent training words + ``<unk>``; 2 x 128 RNN / LSTM, dropout 0.3, tied;
-      all training sequences (about 330k scored tokens of the substitute split); 4 epochs of
-      AdamW at lr 2e-3, batch 16 (more, smaller steps than the paper's lr 1e-3 / batch 32,
-      which after 2 epochs left an RNN at validation perplexity 255 instead of 197), betas,
-      weight decay, clipping and lr halving as in the paper (validation perplexity after 4
-      epochs: about 127 for the RNN, 155 for the LSTM; greedy continuations of the vanilla
-      models still loop for most contexts); eps in :data:`CPU_EPS`; seeds 0-2; every decoder
-      runs to L = 1e4 (greedy on 128 fixed validation contexts, the other decoders on the first
-      64 of them: a row that never stops costs an output-layer product per step for all
-      10,000 steps).
+    * ``cpu`` (the website; Chapter 6): :data:`CONVERGED_CPU_RECIPE`: 4,000 BPE pieces learned
+      on the training split after WikiText's ``<unk>`` markers are deleted; 2 x 128 RNN / LSTM,
+      dropout 0.3, tied; all training sequences of the substitute split; AdamW at lr 2e-3,
+      batch 16 (more, smaller steps than the paper's lr 1e-3 / batch 32), betas, weight decay and
+      clipping as in the paper, the lr halved after an epoch that gains less than 0.5 % and early
+      stopping after two such epochs in a row, at most 60 epochs (measured on one CPU thread:
+      20-36 epochs, 20-50 minutes a run; validation perplexity per piece about 182-203 for the
+      RNNs, 202-217 for the LSTMs); eps in :data:`CPU_EPS`; seeds 0-2; every decoder runs to
+      L = 1e4 (greedy on 128 fixed validation contexts, the other decoders on the first 64 of
+      them: a row that never stops costs an output-layer product per step for all 10,000
+      steps). Chapters 8 and 9 add the fields of their own recipe
+      (:func:`chapter_recipe`: the 5,000-word, 4-epoch :data:`WORD_CPU_RECIPE` until their
+      converged runs are in).
     * ``paper``: Choi, Cho, Lee (2023) App. D: full vocabulary, RNN 2 x 256 dropout 0.3 / LSTM
       2 x 512 dropout 0.5, tied, AdamW lr 1e-3 betas (0.9, 0.99) wd 0.01, lr halved after a
       non-improving epoch, early stop after 10, <= 70 epochs, batch 32, clip 1.0, eps in

@@ -67,6 +67,7 @@ from .config import (
     PROFILES,
     ExperimentConfig,
     canonical_hash,
+    chapter_recipe,
     config_from_dict,
     make_config,
     suite_overrides,
@@ -311,6 +312,7 @@ def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
     settings = _SUITE_PROFILE[profile]
     overrides = suite_overrides(overrides)
+    recipe = chapter_recipe("sparse", profile)
     eps = FEATURED_EPS[profile]
     models = [("va", None, None), ("entmax", None, ENTMAX_ALPHAS[0]), ("nmst-entmax", eps, NMST_ENTMAX_ALPHA),
               ("entmax", None, ENTMAX_ALPHAS[1])]
@@ -319,7 +321,7 @@ def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
         extra = {} if alpha is None else {"alpha": alpha}
         rnt_decoders = ("greedy", "ancestral") + ((f"entmax-{NMST_ENTMAX_ALPHA:g}",) if head == "va" else ())
         model = make_config(profile, "lstm", head, e, 0,
-                            **{"decoders": rnt_decoders, **settings["model"], **extra, **overrides})
+                            **{"decoders": rnt_decoders, **recipe, **settings["model"], **extra, **overrides})
         decoders = _table_decoders(head)
         out.append(SparseConfig(model=model, decoders=decoders, distinct_decoders=decoders,
                                 explorer_contexts=settings["explorer"] if head == "va" else 0,

@@ -66,6 +66,7 @@ from .config import (
     PROFILES,
     ExperimentConfig,
     canonical_hash,
+    chapter_recipe,
     config_from_dict,
     make_config,
     suite_overrides,
@@ -296,6 +297,7 @@ def temperature_suite_configs(profile: str, **overrides) -> list[TemperatureConf
     if profile not in _SUITE_EVALUATION:
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
     overrides = suite_overrides(overrides)
+    overrides = {**chapter_recipe("temperature", profile), **overrides}
     eps = FEATURED_EPS[profile]
     sig = dict(temperature="sigmoid")
     ls = dict(loss_scaling=True, detach_loss_scale=True)
@@ -389,8 +391,9 @@ def baseline_configs(profile: str) -> list[ExperimentConfig]:
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
     seeds = {"quick": (0,), "cpu": (0, 1, 2), "paper": tuple(range(10))}[profile]
     eps = FEATURED_EPS[profile]
-    return ([make_config(profile, "lstm", "va", None, s) for s in seeds]
-            + [make_config(profile, "lstm", "nmst", eps, s) for s in seeds])
+    recipe = chapter_recipe("temperature", profile)
+    return ([make_config(profile, "lstm", "va", None, s, **recipe) for s in seeds]
+            + [make_config(profile, "lstm", "nmst", eps, s, **recipe) for s in seeds])
 
 
 def load_baselines(profile: str = "cpu", results_dir=None) -> list[StoredResult]:
