@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nmst_lib.findings import VERDICTS, Band, Claim, Finding, Findings, decide, noise_band
+from nmst_lib.findings import (
+    VERDICTS,
+    Band,
+    Claim,
+    Finding,
+    Findings,
+    decide,
+    noise_band,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIM = Claim("nmst-below-st", "Choi et al. (2023)", "Table 1", "NMST is below ST in perplexity",

@@ -17,7 +17,12 @@ import math
 import pytest
 import torch
 
-from datasources import FIXTURE_WIKITEXT_DIR, NO_REAL_TOKENIZER, REAL_TOKENIZER_DIR, write_tiny_bpe_tokenizer
+from datasources import (
+    FIXTURE_WIKITEXT_DIR,
+    NO_REAL_TOKENIZER,
+    REAL_TOKENIZER_DIR,
+    write_tiny_bpe_tokenizer,
+)
 from nmst_lib import data as D
 from nmst_lib.experiments import (
     CURRENT,
@@ -26,11 +31,12 @@ from nmst_lib.experiments import (
     load_checkpoint,
     load_result,
     make_config,
+    model_setup,
+    preparation,
     prepare_data,
     suite_configs,
     train,
 )
-from nmst_lib.experiments import model_setup, preparation
 from nmst_lib.experiments.config import (
     GPT2_CPU_EPS,
     default_decoders,

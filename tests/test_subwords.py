@@ -3,9 +3,9 @@ the experiments that use it: the config's vocab_kind, sequences whose words span
 and the <unk> share of a decoder's output."""
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
-import torch
 
 from nmst_lib import data as D
 from nmst_lib.data.subwords import (
@@ -14,8 +14,8 @@ from nmst_lib.data.subwords import (
     learn_subword_vocabulary,
 )
 from nmst_lib.experiments import make_config
-from nmst_lib.experiments.runs import unk_counts
 from nmst_lib.experiments.preparation import build_vocabulary_for
+from nmst_lib.experiments.runs import unk_counts
 
 pytest.importorskip("tokenizers")
 

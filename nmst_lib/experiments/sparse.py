@@ -69,8 +69,8 @@ from .config import (
     canonical_hash,
     config_from_dict,
     make_config,
-    suite_overrides,
     parse_decoder,
+    suite_overrides,
     training_hash,
     validate_config,
 )
@@ -85,7 +85,7 @@ from .results import (
     training_seeds,
     write_json_atomic,
 )
-from .runs import decode_at_scale, decoding_context_indices, sparse_histogram
+from .runs import decode_at_scale, decoding_context_indices
 from .trainer import TrainedRun, train
 
 __all__ = [
