@@ -49,8 +49,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from nmst_lib.experiments.results import code_version  # noqa: E402
 from nmst_lib.decoding import decode  # noqa: E402
+from nmst_lib.experiments.results import code_version  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "decoding.json"
 

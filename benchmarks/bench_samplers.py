@@ -39,8 +39,8 @@ import time
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from nmst_lib.experiments.results import code_version  # noqa: E402
 from nmst_lib import decoding as D  # noqa: E402
+from nmst_lib.experiments.results import code_version  # noqa: E402
 from nmst_lib.models import LSTMLM  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "samplers.json"

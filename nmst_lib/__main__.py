@@ -423,7 +423,11 @@ def _cmd_suite(args) -> int:
     """``python -m nmst_lib suite FAMILY`` (and its aliases ``run-suite``, ``gpt2``, ``sparse``,
     ``temperature``): the family's models with their status (``--dry-run``), or run them
     (:func:`nmst_lib.experiments.family.run_family_suite`)."""
-    from .experiments.family import get_family, run_family_suite, select_configs
+    from .experiments.family import (
+        get_family,
+        run_family_suite,
+        select_configs,
+    )
 
     family = get_family(args.family)
     overrides = _set_overrides(args.set)

@@ -22,7 +22,6 @@ eos state in beam search).
 from __future__ import annotations
 
 import functools
-
 import json
 import os
 import time

@@ -36,11 +36,10 @@ only implements Jupyter's ``_repr_html_`` protocol.
 
 from __future__ import annotations
 
-import re
-
 import html
 import math
 import numbers
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 

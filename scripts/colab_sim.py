@@ -252,7 +252,11 @@ def run_chapter(entry: dict, timeout: int) -> tuple[bool, float, str]:
     import nbformat
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    from nbclient.exceptions import (
+        CellExecutionError,
+        CellTimeoutError,
+        DeadKernelError,
+    )
 
     path = Path(entry["notebook"])
     nb = nbformat.read(path, as_version=4)

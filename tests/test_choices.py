@@ -96,7 +96,7 @@ def test_the_paper_estimate_covers_the_suite_and_respects_the_caps():
     nmst = make_config("paper", "lstm", "nmst", 1e-4, 3)  # greedy only
     assert nmst.decoding.decoders == ("greedy",) and va.decoding.decode_max_len == 100_000
     one = estimate_profile_time("paper", "cpu", measure=False, configs=[va.replace(decoders=("greedy",)), nmst])
-    (va_lo, va_hi), (nm_lo, nm_hi) = one.per_run[va.key], one.per_run[nmst.key]
+    (_, va_hi), (_, nm_hi) = one.per_run[va.key], one.per_run[nmst.key]
     train = one.train_seconds[1] / 2
     assert (nm_hi - train) / (va_hi - train) == pytest.approx(first_step_eos_above_half(1e-4) / 100_000, rel=1e-6)
 

@@ -14,7 +14,12 @@ import torch
 
 from nmst_lib.classroom import a1_decoding as checks
 from nmst_lib.classroom.checks import NotImplementedYet
-from nmst_lib.decoding import Generation, decode, nucleus_mask, restrict_log_probs, top_k_mask
+from nmst_lib.decoding import (
+    decode,
+    nucleus_mask,
+    restrict_log_probs,
+    top_k_mask,
+)
 from nmst_lib.markov import survival_curve
 from nmst_lib.metrics import rnt_curve
 from nmst_lib.theory import inconsistent_rnn

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from nmst_lib import decoding, entmax, metrics, theory
-from nmst_lib.classroom import a4_sparse_temperature as A
 from nmst_lib.classroom import a4_mismatch
+from nmst_lib.classroom import a4_sparse_temperature as A
 from nmst_lib.classroom.checks import NotImplementedYet
 from nmst_lib.temperature import normalised_temperature
 

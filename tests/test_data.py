@@ -12,8 +12,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datasources import FIXTURE_DATA_DIR, FIXTURE_WIKITEXT_DIR, FIXTURES, NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
 import nmst_lib
+from datasources import (
+    FIXTURE_DATA_DIR,
+    FIXTURE_WIKITEXT_DIR,
+    FIXTURES,
+    NO_REAL_WIKITEXT,
+    REAL_WIKITEXT_DIR,
+)
 from nmst_lib import data as D
 
 _OFFLINE_AT_IMPORT = __import__("os").environ.get("HF_DATASETS_OFFLINE")

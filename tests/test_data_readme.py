@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from datasources import (
     NO_REAL_TOKENIZER,
     NO_REAL_WIKITEXT,

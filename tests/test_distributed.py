@@ -21,7 +21,6 @@ from datasources import FIXTURE_WIKITEXT_DIR, write_tiny_bpe_tokenizer
 from nmst_lib import data as D
 from nmst_lib.experiments import make_config, train
 from nmst_lib.experiments.distributed import (
-    DistContext,
     LossModule,
     all_reduce_sum,
     init_distributed,

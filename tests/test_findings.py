@@ -14,7 +14,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nmst_lib.findings import VERDICTS, Band, Claim, Finding, Findings, decide, noise_band
+from nmst_lib.findings import (
+    VERDICTS,
+    Band,
+    Claim,
+    Finding,
+    Findings,
+    decide,
+    noise_band,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIM = Claim("nmst-below-st", "Choi et al. (2023)", "Table 1", "NMST is below ST in perplexity",
@@ -288,7 +296,11 @@ def test_a_run_that_early_stopping_ended_has_converged_even_if_its_last_epoch_wa
 def test_one_seed_of_converged_models_is_not_read_but_named_as_needing_seeds():
     """One seed each and no floor: the band is unknown. The library never reads a gap with no
     band (noise_band refuses), and a page's Findings records *not run*, saying why."""
-    from nmst_lib.findings import UnknownBandError, last_epoch_floor, noise_band
+    from nmst_lib.findings import (
+        UnknownBandError,
+        last_epoch_floor,
+        noise_band,
+    )
 
     a = _run([210.0, 200.0, 199.5], "a", stopped_early=True)
     b = _run([215.0, 205.0, 204.9], "b", stopped_early=True)

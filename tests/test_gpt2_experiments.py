@@ -6,7 +6,6 @@ result JSON with provenance, load_or_run loads instead of re-running), and the C
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
@@ -17,7 +16,13 @@ import torch
 from nmst_lib import __main__ as cli
 from nmst_lib.experiments import gpt2 as G
 from nmst_lib.experiments import results as R
-from nmst_lib.experiments.config import GPT2_CPU_EPS, GPT2_FEATURED_EPS, PAPER_EPS, config_hash, make_config
+from nmst_lib.experiments.config import (
+    GPT2_CPU_EPS,
+    GPT2_FEATURED_EPS,
+    PAPER_EPS,
+    config_hash,
+    make_config,
+)
 from nmst_lib.experiments.results import CURRENT, MISSING, STALE, StoredResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -281,7 +286,10 @@ def _tiny_lm_and_data(vocab):
 
 
 def test_word_level_examples_and_traces_are_unchanged_and_bpe_ones_are_readable():
-    from nmst_lib.experiments.runs import decode_at_scale, eos_probability_traces
+    from nmst_lib.experiments.runs import (
+        decode_at_scale,
+        eos_probability_traces,
+    )
 
     model, data = _tiny_lm_and_data(_WordVocab())
     ctx = data.contexts(torch.arange(2))
@@ -341,8 +349,11 @@ def quick_gpt2(tmp_path_factory):
     """The quick GPT-2 suite (VA, ST, NMST at eps 1e-2; 2 x 32 GPT-2 from scratch; every decoder)
     trained and decoded once, on the fixture corpus with GPT-2's real tokenizer (a data root made
     of both). Skips when the real tokenizer files are not configured."""
-    from datasources import FIXTURE_WIKITEXT_DIR, NO_REAL_TOKENIZER, REAL_TOKENIZER_DIR
-
+    from datasources import (
+        FIXTURE_WIKITEXT_DIR,
+        NO_REAL_TOKENIZER,
+        REAL_TOKENIZER_DIR,
+    )
     from nmst_lib import data as D
 
     if REAL_TOKENIZER_DIR is None:

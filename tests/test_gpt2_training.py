@@ -17,7 +17,12 @@ import math
 import pytest
 import torch
 
-from datasources import FIXTURE_WIKITEXT_DIR, NO_REAL_TOKENIZER, REAL_TOKENIZER_DIR, write_tiny_bpe_tokenizer
+from datasources import (
+    FIXTURE_WIKITEXT_DIR,
+    NO_REAL_TOKENIZER,
+    REAL_TOKENIZER_DIR,
+    write_tiny_bpe_tokenizer,
+)
 from nmst_lib import data as D
 from nmst_lib.experiments import (
     CURRENT,
@@ -26,11 +31,12 @@ from nmst_lib.experiments import (
     load_checkpoint,
     load_result,
     make_config,
+    model_setup,
+    preparation,
     prepare_data,
     suite_configs,
     train,
 )
-from nmst_lib.experiments import model_setup, preparation
 from nmst_lib.experiments.config import (
     GPT2_CPU_EPS,
     default_decoders,
@@ -314,7 +320,6 @@ def test_new_fields_leave_chapter_6_and_8_hashes_unchanged():
     assert new - {"pretrained", "dataset", "lr_decay_steps", "max_steps", "grad_accum"} <= set(
         make_config("cpu", "gpt2", "va").to_dict())
     from nmst_lib.experiments.results import published_results_dir
-
     from nmst_lib.experiments.temperature_suite import baseline_configs
 
     configs = [c for c in suite_configs("cpu") + baseline_configs("cpu")

@@ -33,8 +33,13 @@ import torch
 
 from nmst_lib import heads as H
 from nmst_lib.decoding import decode
-from nmst_lib.experiments import load_checkpoint, make_config, prepare_data, train
-from nmst_lib.experiments import model_setup
+from nmst_lib.experiments import (
+    load_checkpoint,
+    make_config,
+    model_setup,
+    prepare_data,
+    train,
+)
 from nmst_lib.experiments.config import ALL_DECODERS, VA_CONSISTENT_DECODERS
 from nmst_lib.experiments.evaluation import evaluate_perplexity
 from nmst_lib.experiments.runs import decode_at_scale

@@ -14,7 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from nmst_lib.fused import split_log_softmax
-from nmst_lib.heads import NMSTHead, STHead, VanillaHead, nmst_log_probs, projected_nll_token_losses, st_log_probs
+from nmst_lib.heads import (
+    NMSTHead,
+    STHead,
+    VanillaHead,
+    nmst_log_probs,
+    projected_nll_token_losses,
+    st_log_probs,
+)
 
 F64 = torch.float64
 V = 40

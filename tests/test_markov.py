@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from nmst_lib.decoding import decode
 from nmst_lib.markov import (
     MarkovLM,
+    _one_minus_kernel,  # the matrix I - Q that absorption_probabilities solves with
     absorption_probabilities,
     decoder_transition_matrix,
     exact_rnt_curve,
@@ -23,7 +24,6 @@ from nmst_lib.markov import (
     termination_probability,
 )
 from nmst_lib.metrics import rnt_curve
-from nmst_lib.markov import _one_minus_kernel  # the matrix I - Q that absorption_probabilities solves with
 
 
 def _lm(rows, eos_id=-1) -> MarkovLM:
@@ -59,8 +59,8 @@ def test_geometric_stopping_has_probability_one_and_mean_one_over_q():
 
 
 def test_trapped_state_is_split_out_by_reachability():
-    a, b, c = 0.2, 0.5, 0.3  # row of token 1
-    # from 1: x = c + b x + a * 0, so x = c / (1 - b); from the trap: exactly 0
+    b, c = 0.5, 0.3  # row of token 1: 0.2 to the trap (token 0), b back to 1, c to eos
+    # from 1: x = c + b x + 0.2 * 0, so x = c / (1 - b); from the trap: exactly 0
     assert termination_probability(TRAP, "ancestral", start_token=1) == pytest.approx(c / (1 - b), rel=1e-14)
     assert termination_probability(TRAP, "ancestral", start_token=0) == 0.0
     assert expected_length(TRAP, "ancestral", start_token=1) == math.inf

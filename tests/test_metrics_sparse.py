@@ -18,7 +18,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from nmst_lib.decoding import PAD, Generation
-from nmst_lib.metrics import distinct_n, epsilon_perplexity, js_divergence, rep_wrep, sparsemax_score
+from nmst_lib.metrics import (
+    distinct_n,
+    epsilon_perplexity,
+    js_divergence,
+    rep_wrep,
+    sparsemax_score,
+)
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 LOG2 = math.log(2.0)

@@ -8,8 +8,8 @@ from datasources import NO_REAL_TOKENIZER, REAL_TOKENIZER_DIR
 from nmst_lib import data as D
 from nmst_lib.decoding import LanguageModel, decode
 from nmst_lib.heads import NMSTHead, STHead, VanillaHead, head_from_name
-from nmst_lib.models import LSTMLM, RNNLM, RecurrentState, build_model
 from nmst_lib.metrics import perplexity
+from nmst_lib.models import LSTMLM, RNNLM, RecurrentState, build_model
 
 V = 12
 EOS = V - 1

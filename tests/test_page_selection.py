@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from nmst_lib.experiments import CURRENT, StoredResult, get_family, page_results, published_results_dir
+from nmst_lib.experiments import (
+    CURRENT,
+    StoredResult,
+    get_family,
+    page_results,
+    published_results_dir,
+)
 from nmst_lib.experiments import page_selection as page_module
 
 FAMILY = get_family("gpt2")

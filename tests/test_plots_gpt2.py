@@ -160,6 +160,54 @@ def test_explorer_labels_keep_unk_whole():
         ["The", "<unk> 1/3", "<unk> 2/3", "<unk> 3/3", "sat", "<", "b"]
 
 
+def test_explorer_labels_a_split_unk_whole_also_when_merged_or_begun_in_the_context():
+    """The last piece of a split <unk> is often merged with a mark (">.", ">,"), and a line can
+    begin inside an <unk> that the context began: every piece still reads as <unk>."""
+    assert plots._token_labels([" <", "unk", ">.", " It", " (<", "unk", ">)"]) == \
+        ["<unk> 1/3", "<unk> 2/3", "<unk>. 3/3", "It", "(<unk> 1/3", "<unk> 2/3", "<unk>) 3/3"]
+    assert plots._token_labels(["unk", ">,", " just"], context=[" is", " <"]) == \
+        ["<unk> 2/3", "<unk>, 3/3", "just"]
+    assert plots._token_labels([" <unk>", "<|endoftext|>"]) == ["<unk>", "<|endoftext|>"]
+
+
+# A piece of a special token, or a GPT-2 byte-level marker (Ġ space, Ċ newline), on a tick
+# label, in a title or in a menu: what the book never shows a reader.
+_WHOLE = re.compile(r"<unk>|<\|endoftext\|>")
+
+
+def _raw_pieces(text):
+    rest = _WHOLE.sub(" ", text)
+    found = re.findall(r"[<>Ġ\u010a\ufffd]|\|endoftext\||(?<![a-z])unk(?![a-z])", rest)
+    return found
+
+
+def test_explorer_of_the_published_gpt2_results_shows_no_piece_of_a_model_token():
+    """Chapter 7's explorer on the published cpu results: before, its ticks read '<', 'unk',
+    '>.' and '>,' wherever GPT-2's BPE had merged the end of <unk> with a mark or the context had
+    begun the <unk>, and a title ended in '<unk'."""
+    from nmst_lib.experiments import published_results_dir
+    from nmst_lib.experiments.gpt2 import gpt2_eos_traces, load_gpt2_results
+    from nmst_lib.plots.token_traces import _eos_token_explorer
+
+    stored = load_gpt2_results("cpu", published_results_dir())
+    traces = gpt2_eos_traces([s.data for s in stored if s.data is not None])
+    assert traces, "no published GPT-2 trace"
+    explorer = _eos_token_explorer(traces, max_tokens=10**6, label_words=8, initial_head="nmst",
+                                   initial_eps=None)
+    menu = explorer.controls[0].shown
+    problems = [f"menu {m!r}" for m in menu if _raw_pieces(m)]
+    for i, line in enumerate(traces):
+        fig = explorer.draw(i, 0)
+        ax = fig.axes[0]
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert len(ticks) == len(line["tokens"])
+        problems += [f"line {i}, step {t}: {label!r}" for t, label in enumerate(ticks, 1)
+                     if _raw_pieces(label)]
+        problems += [f"line {i}, title {ax.get_title()!r}"] if _raw_pieces(ax.get_title()) else []
+        plt.close(fig)
+    assert not problems, "\n".join(problems)
+
+
 def test_explorer_rejects_lines_without_self_terminating_models_or_bad_choices():
     only_va = {"context": "c", "tokens": TOKENS, "p_eos": {("va", None): [0.1] * len(TOKENS)}}
     with pytest.raises(ValueError, match="no ST or NMST"):

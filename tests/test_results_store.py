@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 import nmst_lib
-from nmst_lib.experiments import CURRENT, MISSING, STALE, make_config, suite_configs
+from nmst_lib.experiments import (
+    CURRENT,
+    MISSING,
+    STALE,
+    make_config,
+    suite_configs,
+)
 from nmst_lib.experiments import results as R
 from nmst_lib.experiments.temperature_suite import baseline_configs
 

@@ -1,5 +1,5 @@
-"""Source hygiene: no control characters in the library, tests, benchmarks or scripts, and
-chapter code that fits the website's column.
+"""Source hygiene: no control characters in the library, tests, benchmarks or scripts, chapter
+code that fits the website's column, and a clean ``ruff check``.
 
 A backslash escape in a non-raw docstring turns LaTeX into control characters without any
 error (``"\\alpha"`` becomes BEL + "lpha", ``"\\frac"`` a form feed, ``"\\ne"`` a newline); Chapter 8's
@@ -10,6 +10,10 @@ The website's text column shows about 79 characters of code; a longer line makes
 scroll sideways (issue 20, "Code that fits"). The formatted chapters' code cells are kept to
 ``[tool.ruff] line-length`` by ``ruff format`` (run it on a chapter after editing its code);
 the check below also catches what the formatter cannot shorten (long strings and comments).
+
+``ruff check`` finds nothing in the library, tests, benchmarks, scripts and chapters, under the
+rules chosen in pyproject.toml (``[tool.ruff.lint]``: pyflakes and import order), so an unused
+import or an undefined name fails here and not in a reader's notebook.
 """
 
 from __future__ import annotations
@@ -138,3 +142,39 @@ def test_the_ruff_check_catches_a_planted_unformatted_cell(tmp_path):
     path.write_text(json.dumps(notebook, indent=1) + "\n", encoding="utf-8")
     result = _ruff_format_check([path])
     assert result.returncode == 1 and "planted.ipynb" in result.stdout + result.stderr, result
+
+
+# `ruff check` with the repository's rules ([tool.ruff.lint] in pyproject.toml: pyflakes, so no
+# unused import or variable and no undefined name, and import order) over all the code: the
+# library, tests, benchmarks, scripts and the chapters' code cells.
+LINTED = (*FOLDERS, "chapters")
+
+
+def _ruff_check(paths: list[Path]) -> subprocess.CompletedProcess:
+    """``ruff check`` with the repository's configuration (pyproject.toml)."""
+    if importlib.util.find_spec("ruff") is None:
+        pytest.skip("ruff is not installed (it is in the test extra: pip install -e '.[test]')")
+    return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
+                           "--config", str(REPO / "pyproject.toml"), *map(str, paths)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_ruff_check_finds_nothing_in_the_library_tests_and_chapters():
+    result = _ruff_check([REPO / p for p in LINTED])
+    assert result.returncode == 0, ("`ruff check` reports problems (`ruff check --fix` sorts imports and drops "
+                                    "unused ones; in a chapter, keep its JSON as it is and check `git diff`):\n"
+                                    f"{result.stdout}{result.stderr}")
+
+
+def test_the_ruff_check_catches_a_planted_unused_import_in_a_module_and_a_chapter(tmp_path):
+    (tmp_path / "planted.py").write_text("import sys\nimport json\n\nprint(json.dumps(1))\n", encoding="utf-8")
+    cell = {"cell_type": "code", "execution_count": None, "id": "a1", "metadata": {}, "outputs": [],
+            "source": ["import math\n", "x = undefined_name"]}
+    notebook = {"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    (tmp_path / "planted.ipynb").write_text(json.dumps(notebook, indent=1) + "\n", encoding="utf-8")
+    result = _ruff_check([tmp_path])
+    found = result.stdout + result.stderr
+    assert result.returncode == 1, result
+    for problem in ("planted.py:1:1: I001", "planted.py:1:8: F401", "planted.ipynb:cell 1:1:8: F401",
+                    "planted.ipynb:cell 1:2:5: F821"):
+        assert problem in found, found

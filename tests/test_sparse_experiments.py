@@ -14,7 +14,6 @@ import torch
 
 from nmst_lib import __main__ as cli
 from nmst_lib import data as D
-from nmst_lib.experiments import config as cfg
 from nmst_lib.experiments import (
     CURRENT,
     MISSING,
@@ -28,7 +27,13 @@ from nmst_lib.experiments import (
     train,
     training_hash,
 )
-from nmst_lib.experiments.config import WORD_CPU_RECIPE, ExperimentConfig, chapter_recipe, validate_config
+from nmst_lib.experiments import config as cfg
+from nmst_lib.experiments.config import (
+    WORD_CPU_RECIPE,
+    ExperimentConfig,
+    chapter_recipe,
+    validate_config,
+)
 
 sparse = importlib.import_module("nmst_lib.experiments.sparse")
 REPO = Path(__file__).resolve().parents[1]

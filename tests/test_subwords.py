@@ -3,9 +3,9 @@ the experiments that use it: the config's vocab_kind, sequences whose words span
 and the <unk> share of a decoder's output."""
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
-import torch
 
 from nmst_lib import data as D
 from nmst_lib.data.subwords import (
@@ -15,8 +15,8 @@ from nmst_lib.data.subwords import (
 )
 from nmst_lib.experiments import make_config
 from nmst_lib.experiments.config import WORD_CPU_RECIPE
-from nmst_lib.experiments.runs import unk_counts
 from nmst_lib.experiments.preparation import build_vocabulary_for
+from nmst_lib.experiments.runs import unk_counts
 
 pytest.importorskip("tokenizers")
 

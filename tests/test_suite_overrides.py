@@ -10,8 +10,15 @@ import pytest
 
 from nmst_lib import __main__ as cli
 from nmst_lib.experiments import get_family
-from nmst_lib.experiments.config import CHAPTER_CPU_RECIPE, CONVERGED_CPU_RECIPE, suite_overrides
-from nmst_lib.experiments.temperature_suite import parameter_matched_hidden, vocabulary_size_of
+from nmst_lib.experiments.config import (
+    CHAPTER_CPU_RECIPE,
+    CONVERGED_CPU_RECIPE,
+    suite_overrides,
+)
+from nmst_lib.experiments.temperature_suite import (
+    parameter_matched_hidden,
+    vocabulary_size_of,
+)
 
 RECIPE = dict(vocab_kind="bpe", vocab_cap=4000, drop_unk=True, max_epochs=60, patience=2, min_improvement=0.005)
 """scripts/converge_cpu.sh's recipe."""

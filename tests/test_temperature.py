@@ -18,7 +18,14 @@ from torch.func import functional_call
 
 from nmst_lib import data as D
 from nmst_lib.decoding import decode
-from nmst_lib.heads import EntmaxHead, NMSTEntmaxHead, NMSTHead, STHead, VanillaHead, eos_lower_bound
+from nmst_lib.heads import (
+    EntmaxHead,
+    NMSTEntmaxHead,
+    NMSTHead,
+    STHead,
+    VanillaHead,
+    eos_lower_bound,
+)
 from nmst_lib.models import LSTMLM, RNNLM
 from nmst_lib.temperature import (
     TEMPERATURE_NORMALISATIONS,

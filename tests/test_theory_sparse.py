@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 
 from nmst_lib.decoding import LanguageModel, decode
 from nmst_lib.entmax import entmax
-from nmst_lib.heads import EntmaxHead, NMSTEntmaxHead, VanillaHead, eos_lower_bound
+from nmst_lib.heads import (
+    EntmaxHead,
+    NMSTEntmaxHead,
+    VanillaHead,
+    eos_lower_bound,
+)
 from nmst_lib.theory import (
     EosOutsideSupportModel,
     entmax_eos_gap,

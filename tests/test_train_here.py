@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from nmst_lib.experiments import CURRENT
+from nmst_lib.experiments import CURRENT, scratch_folder, train_here
 from nmst_lib.experiments.family import get_family
-from nmst_lib.experiments import scratch_folder, train_here
 
 pytestmark = pytest.mark.usefixtures("fixture_data_env")
 

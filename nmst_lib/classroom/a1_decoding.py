@@ -24,11 +24,27 @@ import math
 import numpy as np
 import torch
 
-from nmst_lib.decoding import Generation, nucleus_mask, restrict_log_probs, top_k_mask
-from nmst_lib.markov import decoder_transition_matrix, random_markov_lm, survival_curve
+from nmst_lib.decoding import (
+    Generation,
+    nucleus_mask,
+    restrict_log_probs,
+    top_k_mask,
+)
+from nmst_lib.markov import (
+    decoder_transition_matrix,
+    random_markov_lm,
+    survival_curve,
+)
 from nmst_lib.metrics import rnt_curve
 
-from .checks import call_student, expect, expect_close, expect_tensor_close, fmt, generator
+from .checks import (
+    call_student,
+    expect,
+    expect_close,
+    expect_tensor_close,
+    fmt,
+    generator,
+)
 
 __all__ = [
     "EXPERIMENT_DECODERS",

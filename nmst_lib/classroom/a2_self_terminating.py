@@ -23,7 +23,15 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .checks import NotImplementedYet, call_student, expect, expect_close, expect_tensor_close, fmt, generator
+from .checks import (
+    NotImplementedYet,
+    call_student,
+    expect,
+    expect_close,
+    expect_tensor_close,
+    fmt,
+    generator,
+)
 
 __all__ = [
     "check_st_rows_sum_to_one", "check_st_floor_and_monotone", "hidden_st_matches_library",
@@ -458,7 +466,10 @@ def hidden_bounds_match_library(beam_step_bound: Callable, tail_bound: Callable)
     t_{1/2} + k - 1 steps (one less than ``nmst_lib.theory.beam_termination_bound``, the papers' t_{1/2} + k);
     Theorem 5.1 part 1: the tail bound (1 - eps)^{(L(L+1) - t_{1/2}(t_{1/2} - 1))/2}, to 1e-9 relative, also
     for eps = 1e-5 and L far beyond t_{1/2}."""
-    from nmst_lib.theory import beam_termination_bound, first_step_eos_above_half
+    from nmst_lib.theory import (
+        beam_termination_bound,
+        first_step_eos_above_half,
+    )
 
     for eps, k in ((0.5, 1), (0.05, 4), (1e-3, 2), (1e-5, 10)):
         got = _student_int(beam_step_bound, eps, k, name="beam_step_bound")

@@ -27,7 +27,13 @@ from types import SimpleNamespace
 import torch
 
 from . import checks
-from .checks import call_student, expect, expect_close, expect_tensor_close, fmt
+from .checks import (
+    call_student,
+    expect,
+    expect_close,
+    expect_tensor_close,
+    fmt,
+)
 
 __all__ = [
     "tiny_gpt2", "load_experiment_data",

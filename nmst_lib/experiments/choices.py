@@ -33,7 +33,13 @@ import torch
 
 from ..theory import first_step_eos_above_half
 from .config import ExperimentConfig, parse_decoder, validate_config
-from .results import CURRENT, LOCAL, PUBLISHED, StoredResult, default_results_dir, load_result
+from .results import (
+    CURRENT,
+    PUBLISHED,
+    StoredResult,
+    default_results_dir,
+    load_result,
+)
 
 __all__ = [
     "SAMPLING_MARGIN",
@@ -284,7 +290,6 @@ def _measure(config: ExperimentConfig, vocab: int, seq_len: int, decode_rows: in
             state, log_probs = model.step(state, log_probs[:, :-1].argmax(-1))  # eos (last id) excluded
         _sync(device)
     step_seconds = (time.perf_counter() - start) / decode_steps
-    del model, optimizer
     return tokens_per_second, step_seconds
 
 

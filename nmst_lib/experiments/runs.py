@@ -17,6 +17,7 @@ import torch
 from .. import data as D
 from ..decoding import decode
 from ..metrics import length_histogram, rnt_curve
+from .checkpoints import CheckpointError, load_checkpoint
 from .config import (
     CPU_EPS,
     PAPER_EPS,
@@ -24,10 +25,11 @@ from .config import (
     config_from_dict,
     config_hash,
     make_config,
-    suite_overrides,
     parse_decoder,
+    suite_overrides,
     validate_config,
 )
+from .distributed import DistContext
 from .family import Family, register, run_family_suite
 from .results import (
     CURRENT,
@@ -39,8 +41,6 @@ from .results import (
     training_provenance,
     training_seeds,
 )
-from .distributed import DistContext
-from .checkpoints import CheckpointError, load_checkpoint
 from .trainer import TrainedRun, checkpoint_path, train
 
 __all__ = [

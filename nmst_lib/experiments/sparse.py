@@ -70,8 +70,8 @@ from .config import (
     chapter_recipe,
     config_from_dict,
     make_config,
-    suite_overrides,
     parse_decoder,
+    suite_overrides,
     training_hash,
     validate_config,
 )
@@ -86,7 +86,7 @@ from .results import (
     training_seeds,
     write_json_atomic,
 )
-from .runs import decode_at_scale, decoding_context_indices, sparse_histogram
+from .runs import decode_at_scale, decoding_context_indices
 from .trainer import TrainedRun, train
 
 __all__ = [

@@ -75,6 +75,14 @@ from .config import (
 )
 from .config_sections import TemperatureOptions
 from .family import Family, register, run_family_suite
+from .preparation import prepare_data
+from .results import (
+    TEMPERATURE_FOLDER,
+    StoredResult,
+    command_line,
+    current_records,
+    load_result,
+)
 from .temperature_analysis import (
     eos_temperature_by_distance,
     frequency_ranks,
@@ -85,14 +93,6 @@ from .temperature_analysis import (
     token_temperatures,
     tracked_token_ids,
 )
-from .results import (
-    TEMPERATURE_FOLDER,
-    StoredResult,
-    command_line,
-    current_records,
-    load_result,
-)
-from .preparation import prepare_data
 from .trainer import TrainedRun, train
 
 __all__ = [

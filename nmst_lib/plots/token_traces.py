@@ -15,6 +15,7 @@ Cho, Lee 2023, Figs. 3 and 6).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -137,21 +138,90 @@ def _token_label(token: str) -> str:
     return stripped if stripped else "␣"
 
 
-def _token_labels(tokens: Sequence[str]) -> list[str]:
+#: The vocabularies' special tokens, written as the book writes them
+#: (``<unk>``, ``<|endoftext|>``; ARCHITECTURE.md, "Pages"). GPT-2's BPE cuts
+#: WikiText's ``<unk>`` into three tokens, ``" <"``, ``"unk"`` and ``">"``,
+#: the last often merged with what follows (``">."``, ``">,"``); a label
+#: shows the whole special token instead of such a piece.
+_SPECIAL_TOKENS = ("<|endoftext|>", "<unk>", "<eos>", "<pad>", "<bos>")
+_SPECIAL_RE = re.compile("|".join(map(re.escape, _SPECIAL_TOKENS)))
+
+
+def _split_specials(pieces: Sequence[str]) -> list[list[tuple]]:
+    """For each piece of ``"".join(pieces)``, the special tokens
+    (:data:`_SPECIAL_TOKENS`) that are cut across several pieces and overlap
+    it: ``(start, end, k, n)`` with the special's span in the joined text and
+    the piece being its ``k``-th of ``n``."""
+    bounds = np.cumsum([0] + [len(p) for p in pieces])
+    text = "".join(pieces)
+    found: list[list[tuple]] = [[] for _ in pieces]
+    for match in _SPECIAL_RE.finditer(text):
+        a, b = match.span()
+        # the pieces holding at least one character of the special
+        cut = [
+            i
+            for i in range(len(pieces))
+            if bounds[i] < b and bounds[i + 1] > a
+        ]
+        if len(cut) < 2:
+            continue
+        for k, i in enumerate(cut, 1):
+            found[i].append((a, b, k, len(cut)))
+    return found
+
+
+def _piece_label(pieces, i: int, cuts: list[tuple]) -> str:
+    """The label of piece ``i``: its text with every special token it holds
+    a part of written whole, and which part it is (``<unk>. 3/3``)."""
+    if not cuts:
+        return _token_label(pieces[i])
+    start = sum(len(p) for p in pieces[:i])
+    end = start + len(pieces[i])
+    lo = min([start] + [a for a, _, _, _ in cuts])
+    hi = max([end] + [b for _, b, _, _ in cuts])
+    text = "".join(pieces)[lo:hi]
+    parts = " ".join(f"{k}/{n}" for _, _, k, n in cuts)
+    return f"{_token_label(text)} {parts}"
+
+
+def _token_labels(
+    tokens: Sequence[str], context: Sequence[str] = ()
+) -> list[str]:
     """Tick labels for a line of decoded tokens (:func:`_token_label` each),
-    with WikiText's word ``<unk>`` kept whole: GPT-2's BPE splits it into
-    three tokens ``" <"``, ``"unk"``, ``">"``, which would read as three
-    unrelated labels; they are shown as ``<unk> 1/3``, ``2/3``, ``3/3``."""
-    labels = [_token_label(t) for t in tokens]
-    stripped = [str(t).strip() for t in tokens]
-    i = 0
-    while i + 2 < len(stripped):
-        if stripped[i : i + 3] == ["<", "unk", ">"]:
-            labels[i : i + 3] = ["<unk> 1/3", "<unk> 2/3", "<unk> 3/3"]
-            i += 3
-        else:
-            i += 1
-    return labels
+    with every special token (:data:`_SPECIAL_TOKENS`) that the BPE split
+    shown whole: WikiText's word ``<unk>`` is three GPT-2 tokens ``" <"``,
+    ``"unk"``, ``">"``, which would read as three unrelated labels; they are
+    shown as ``<unk> 1/3``, ``<unk> 2/3``, ``<unk> 3/3``, and a last piece
+    merged with a mark as ``<unk>. 3/3``. ``context``: the tokens before the
+    line (a special token begun there is counted from its first piece)."""
+    context = [str(t) for t in context]
+    pieces = context + [str(t) for t in tokens]
+    cuts = _split_specials(pieces)
+    return [
+        _piece_label(pieces, i, cuts[i])
+        for i in range(len(context), len(pieces))
+    ]
+
+
+def _context_text(context: Sequence[str], tokens: Sequence[str]) -> str | None:
+    """The context as readable text for a title or a menu when the line
+    goes on inside a special token begun in the context: that token written
+    whole with the parts the context holds (``... is <unk> 1–2/3`` for a
+    context ending with ``" <"``, ``"unk"``); None when no special token is
+    cut at the context's end."""
+    context = [str(t) for t in context]
+    if not context:
+        return None
+    pieces = context + [str(t) for t in tokens]
+    cuts = _split_specials(pieces)
+    text = "".join(context)
+    ends_inside = [c for c in cuts[len(context) - 1] if c[1] > len(text)]
+    if not ends_inside:
+        return None
+    # the context holds the special's first k pieces
+    a, b, k, n = ends_inside[-1]
+    parts = f"1/{n}" if k == 1 else f"1–{k}/{n}"
+    return f"{text[:a]}{''.join(pieces)[a:b]} {parts}"
 
 
 def _is_sentence_end(token: str) -> bool:
@@ -170,9 +240,10 @@ def _from_gpt2_traces(i: int, line: Mapping) -> dict:
             f"line {i}: 'models' must be a list of "
             "{'head', 'eps', 'p_eos'} mappings"
         )
-    context = " ".join(map(str, line.get("context", [])))
+    context_tokens = [str(t) for t in line.get("context", [])]
     return {
-        "context": line.get("context_text", context),
+        "context": line.get("context_text", " ".join(context_tokens)),
+        "context_tokens": context_tokens,
         "tokens": line.get("tokens", []),
         "label": line.get("label"),
         "p_eos": {(m["head"], m["eps"]): m["p_eos"] for m in models},
@@ -229,10 +300,14 @@ def _check_eos_lines(lines) -> list[dict]:
         if not tokens:
             raise ValueError(f"line {i} has no tokens")
         probs = _check_line_probs(i, line["p_eos"], len(tokens))
-        label = str(line.get("label") or line["context"])
+        context_tokens = [str(t) for t in line.get("context_tokens", [])]
+        # a special token cut by the context's end is written whole
+        context = _context_text(context_tokens, tokens) or str(line["context"])
+        label = str(line.get("label") or context)
         out.append(
             {
-                "context": str(line["context"]),
+                "context": context,
+                "context_tokens": context_tokens,
                 "tokens": tokens,
                 "p_eos": probs,
                 "label": label,
@@ -241,9 +316,12 @@ def _check_eos_lines(lines) -> list[dict]:
     return out
 
 
-def _token_axis(ax, tokens: list[str], n: int) -> None:
-    """The x axis of :func:`eos_token_plot`: one tick per token, sentence
-    ends in red and the step after each shaded."""
+def _token_axis(
+    ax, tokens: list[str], n: int, context_tokens: Sequence[str] = ()
+) -> None:
+    """The x axis of :func:`eos_token_plot`: one tick per token
+    (:func:`_token_labels`), sentence ends in red and the step after each
+    shaded."""
     steps = np.arange(1, n + 1)
     for t in range(1, n):
         if _is_sentence_end(tokens[t - 1]):
@@ -256,7 +334,8 @@ def _token_axis(ax, tokens: list[str], n: int) -> None:
             )
     ax.set_xlim(0.3, n + 0.7)
     ax.set_xticks(steps)
-    ax.set_xticklabels(_token_labels(tokens)[:n], rotation=90, fontsize=7)
+    labels = _token_labels(tokens, context_tokens)[:n]
+    ax.set_xticklabels(labels, rotation=90, fontsize=7)
     for tick, token in zip(ax.get_xticklabels(), tokens[:n]):
         if _is_sentence_end(token):
             tick.set_color(COLORS["vermillion"])
@@ -305,6 +384,7 @@ def eos_token_plot(
     ylim: tuple[float, float] | None = None,
     title: str | None = None,
     ax: plt.Axes | None = None,
+    context_tokens: Sequence[str] = (),
 ) -> Figure:
     """p(eos | y_<t, x) of GPT-2 models along one validation line, with its
     tokens on the x axis (Choi, Cho, Lee 2023, Figs. 3 and 6).
@@ -330,10 +410,23 @@ def eos_token_plot(
             so).
         ylim: fixed y limits (the explorer keeps one line's frames
             comparable).
+        context_tokens: the context's readable tokens, when the line may
+            begin inside a special token that the BPE split (``" <"``,
+            ``"unk"`` | ``">"``): its pieces are then labelled whole
+            (``<unk> 3/3``) like the others.
+
+    Tick labels show every special token whole (``<unk>``,
+    ``<|endoftext|>``, as the book writes them), never a piece of one: a
+    split ``<unk>`` reads ``<unk> 1/3``, ``<unk> 2/3``, ``<unk>. 3/3``.
 
     Chapter 7 (``07_gpt2``).
     """
-    line = {"context": "", "tokens": tokens, "p_eos": p_eos}
+    line = {
+        "context": "",
+        "context_tokens": list(context_tokens),
+        "tokens": tokens,
+        "p_eos": p_eos,
+    }
     line = _check_eos_lines([line])[0]
     tokens, probs = line["tokens"], line["p_eos"]
     n = len(tokens)
@@ -353,7 +446,7 @@ def eos_token_plot(
     ax.set_yscale("log")
     if ylim is not None:
         ax.set_ylim(*ylim)
-    _token_axis(ax, tokens, n)
+    _token_axis(ax, tokens, n, line["context_tokens"])
     ax.set_ylabel(_P_EOS_LABEL)
     shown = title or ""
     if n < len(tokens):
@@ -495,6 +588,7 @@ def _eos_token_explorer(
             max_tokens=max_tokens,
             ylim=limits[line],
             title=_one_line_title(title),
+            context_tokens=data["context_tokens"],
         )
 
     alt = (
@@ -533,7 +627,10 @@ def eos_token_explorer_html(
             last) and ``"p_eos"`` (``{(head, eps): probabilities}``, one per
             token, head ``"va"``/``"st"``/``"nmst"``); optionally
             ``"label"``, the menu text (default: the context's first
-            ``label_words`` words). The lines of
+            ``label_words`` words) and ``"context_tokens"``, the context's
+            readable tokens (a special token that the context begins and
+            the continuation finishes is then labelled whole, as in
+            :func:`eos_token_plot`). The lines of
             :func:`nmst_lib.experiments.gpt2.gpt2_eos_traces`
             (``"context_text"``, ``"tokens"``, ``"models"``) are accepted as
             they are.

@@ -41,45 +41,45 @@ after the context; the ST/NMST lower bound on p(eos at t) is f_lb(t) = 1 - (1 - 
 from __future__ import annotations
 
 from .consistency import (  # noqa: F401
-    InconsistentRNN,
-    inconsistent_rnn,
     EosTrace,
+    InconsistentRNN,
     eos_rank_and_prob,
-)
-from .termination import (  # noqa: F401
-    half_life_bound,
-    first_step_eos_above_half,
-    beam_termination_bound,
-)
-from .sparse import (  # noqa: F401
-    entmax_eos_gap,
-    entmax_excludes,
-    EosOutsideSupportModel,
-    eos_outside_support_model,
-    nmst_sampling_nontermination_bound,
-)
-from .nonmonotone import (  # noqa: F401
-    RemarkOneDataset,
-    remark1_dataset,
-    optimal_eos_probs,
-    monotone_violation,
-    best_monotone_eos_probs,
-    eos_log_likelihood,
+    inconsistent_rnn,
 )
 from .eos_shapes import (  # noqa: F401
     EOS_SHAPES,
-    eos_trajectory,
     eos_probabilities,
+    eos_trajectory,
+)
+from .nonmonotone import (  # noqa: F401
+    RemarkOneDataset,
+    best_monotone_eos_probs,
+    eos_log_likelihood,
+    monotone_violation,
+    optimal_eos_probs,
+    remark1_dataset,
+)
+from .sparse import (  # noqa: F401
+    EosOutsideSupportModel,
+    entmax_eos_gap,
+    entmax_excludes,
+    eos_outside_support_model,
+    nmst_sampling_nontermination_bound,
 )
 from .tempered import (  # noqa: F401
-    tempered_log_softmax,
-    tempered_softmax,
-    tempered_entropy,
-    entropy_temperature_derivative,
-    tempered_nucleus_size,
     can_become_argmax,
+    entropy_temperature_derivative,
     softmax_temperature_mean,
+    tempered_entropy,
+    tempered_log_softmax,
     tempered_nmst_log_probs,
+    tempered_nucleus_size,
+    tempered_softmax,
+)
+from .termination import (  # noqa: F401
+    beam_termination_bound,
+    first_step_eos_above_half,
+    half_life_bound,
 )
 
 __all__ = [

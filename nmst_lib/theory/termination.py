@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 
-
 from .._validation import check_eps, check_positive_int
 
 __all__ = [

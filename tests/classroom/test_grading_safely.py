@@ -25,10 +25,19 @@ import pytest
 
 from nmst_lib.__main__ import main
 from nmst_lib.classroom import grading
-from nmst_lib.classroom.grading import Outcome, SubmissionError, check_submission, grade_batch, grade_one
-from nmst_lib.classroom.sandbox import Limits, SandboxUnavailable, sandbox_problem
+from nmst_lib.classroom.grading import (
+    Outcome,
+    SubmissionError,
+    check_submission,
+    grade_batch,
+    grade_one,
+)
+from nmst_lib.classroom.sandbox import (
+    Limits,
+    SandboxUnavailable,
+    sandbox_problem,
+)
 from processes import processes_with, wait_until_gone
-
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "assignments"

@@ -14,8 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from nmst_lib.classroom.sandbox import Limits, SandboxUnavailable, run_limited, sandbox_problem
+from nmst_lib.classroom.sandbox import (
+    Limits,
+    SandboxUnavailable,
+    run_limited,
+    sandbox_problem,
+)
 from processes import processes_with, wait_until_gone
+
 
 def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]

@@ -196,8 +196,9 @@ def test_edition_fields_must_be_complete_and_dated():
 
 
 def test_explorer_static_frame_is_the_initial_frame_with_its_settings():
-    from nmst_lib.plots import Control, explorer_html
     import matplotlib
+
+    from nmst_lib.plots import Control, explorer_html
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
