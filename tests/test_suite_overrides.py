@@ -29,6 +29,15 @@ def training_config(family, config):
 
 
 def test_the_scripts_recipe_is_the_cpu_profiles_converged_recipe():
+    import re
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "converge_cpu.sh").read_text()
+    values = dict(re.findall(r"\b(VOCAB|CAP|PATIENCE|MIN_IMPROVEMENT)=([0-9.]+)", script))
+    assert {"vocab_cap": int(values["VOCAB"]), "max_epochs": int(values["CAP"]),
+            "patience": int(values["PATIENCE"]), "min_improvement": float(values["MIN_IMPROVEMENT"])} == {
+        k: RECIPE[k] for k in ("vocab_cap", "max_epochs", "patience", "min_improvement")}
+    assert "--set vocab_kind=bpe" in script and "--set drop_unk=true" in script
     assert RECIPE == CONVERGED_CPU_RECIPE
     assert CHAPTER_CPU_RECIPE["wikitext2"] == "converged"  # Chapter 6 trains with it: nothing to override
     assert get_family("wikitext2").configs("cpu", **RECIPE) == get_family("wikitext2").configs("cpu")
