@@ -153,7 +153,8 @@ def convergence(result) -> dict:
     as for the entmax models of Chapter 8), ``best_epoch``, ``last_epoch``, ``last_change``
     (last epoch's value minus the one before; NaN with one epoch), ``stopped_early`` (the
     trainer's early stopping fired: ``patience`` epochs in a row without an improvement of more
-    than ``min_improvement``, Choi, Cho, Lee (2023) App. D's rule; ``metrics.stopped_early``) and
+    than ``min_improvement``, a plateau rule after Choi, Cho, Lee (2023) App. D;
+    ``metrics.stopped_early``) and
     ``converged``: True when early stopping fired or the best epoch came before the last one
     (validation had stopped improving), False when training was cut by its epoch limit while the
     last epoch was still the best, i.e. while the model improved.

@@ -16,8 +16,9 @@
 #       with them kept, greedy search wrote <unk> in 50 % of its output even with subword pieces
 #       (pending_results/measuring/unk-kept/)
 #   patience=$PATIENCE min_improvement=$MIN_IMPROVEMENT max_epochs=$CAP
-#       Choi et al. App. D's plateau rule: an epoch that does not lower the validation perplexity
-#       by more than 0.5 % halves the lr, two such epochs in a row stop training. Measured first
+#       a plateau rule after Choi et al. App. D (who halve the lr after an epoch without improvement
+#       and stop after 10), with our threshold and patience: an epoch that does not lower the validation
+#       perplexity by more than 0.5 % halves the lr, two such epochs in a row stop training. Measured first
 #       with min_improvement 0 and a cap of 40 (pending_results/measuring/cap40/): the LSTM VA model
 #       still gained 0.02-0.7 % per epoch at epoch 40, so early stopping never fired; on that
 #       curve this rule stops at about epoch 28, and the cap of 60 leaves room for the slower heads.
