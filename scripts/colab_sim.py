@@ -224,6 +224,11 @@ def isolation_prefix() -> tuple[list[str], str]:
 
 # -------------------------------------------------------------------------------- execution
 
+def _published_names() -> list[str]:
+    """The checkout's published results, as ``family/key.json``: what the wheel must carry."""
+    return sorted(p.relative_to(REPO / "nmst_lib" / "published_results").as_posix() for p in REPO.glob(PUBLISHED_GLOB))
+
+
 def _injected_cells(runtime_python: str):
     import nbformat
 
@@ -243,7 +248,8 @@ def _injected_cells(runtime_python: str):
         "url = json.loads(importlib.metadata.distribution('nmst-lib').read_text('direct_url.json'))['url']\n"
         "assert url == 'file://' + os.environ['NMST_INSTALL_SPEC'], url\n"
         "assert not is_source_checkout()\n"
-        "assert len(list((published_results_dir() / 'wikitext2').glob('*.json'))) >= 30\n"
+        # every published result of the checkout travels in the wheel (each chapter's folder)
+        f"assert sorted(p.relative_to(published_results_dir()).as_posix() for p in published_results_dir().glob('*/*.json')) == {_published_names()!r}\n"
         "print('[colab-sim] nmst_lib', nmst_lib.__version__, 'from', os.path.dirname(nmst_lib.__file__))\n")
     return before, after
 
