@@ -44,16 +44,19 @@ PY
   .venv/bin/jupyter-book build . --config _build/course/_config.yml --path-output _build/course -W -n --keep-going "$@"
   index="$(pwd)/_build/course/_build/html/index.html"
 else
-  # The execution cache keys a chapter on its own cells only: a new result in the published store
-  # or a change to the library the chapters import would leave every page showing its old outputs
-  # (a Chapter 6 page that still counted 8 stored runs after 10 had landed). So the cache is kept
-  # only while the library's sources and published results are the ones it was made with.
+  # The execution cache keys a chapter on its own cells only, and Sphinx re-reads only pages whose
+  # source changed: a new result in the published store or a change to the library the chapters
+  # import would leave every page showing its old outputs (a Chapter 6 page that still counted 8
+  # stored runs after 10 had landed). So the cache and every build environment made from it (the
+  # public and course doctrees, which the PDF build shares) are kept only while the library's
+  # sources and published results are the ones they were made with.
   inputs=$(find nmst_lib -type f \( -name '*.py' -o -name '*.json' \) -print0 | sort -z | xargs -0 sha256sum \
            | sha256sum | cut -d' ' -f1)
   stamp=_build/.jupyter_cache/nmst-library-inputs.sha256
   if [ -d _build/.jupyter_cache ] && [ "$(cat "$stamp" 2>/dev/null)" != "$inputs" ]; then
     echo "[book] nmst_lib or its published results changed since the cached executions: every chapter runs again"
-    rm -rf _build/.jupyter_cache
+    rm -rf _build/.jupyter_cache _build/.doctrees _build/jupyter_execute \
+           _build/course/_build/.jupyter_cache _build/course/_build/.doctrees _build/course/_build/jupyter_execute
   fi
   .venv/bin/jupyter-book build . -W -n --keep-going "$@"
   mkdir -p _build/.jupyter_cache && echo "$inputs" > "$stamp"
