@@ -29,6 +29,10 @@
 # model on top of its own settings; nmst_lib.experiments.config.suite_overrides):
 #   FAMILY=sparse bash scripts/converge_cpu.sh OUT_DIR CHECKPOINT_DIR        (Chapter 8, 4 models)
 #   FAMILY=temperature ONLY=KEY[,KEY] bash scripts/converge_cpu.sh OUT_DIR CHECKPOINT_DIR   (Chapter 9)
+# Chapter 9 adds start_below_unigram=$UNIGRAM_HOLD (nmst_lib.experiments.config.UNIGRAM_HOLD_CPU_RECIPE):
+# the plateau rule waits until validation perplexity is below 90 % of the unigram model's, because a
+# contextual-temperature model starts at temperature 3 and by the rule alone stopped on the unigram
+# plateau at epoch 3 (pending_results/measuring/ct-plateau/).
 # Chapter 8's softmax model is Chapter 6's LSTM VA seed 0 (same training hash): with the same
 # CHECKPOINT_DIR it is evaluated, not trained again.
 set -euo pipefail
@@ -38,9 +42,10 @@ out=$1; ckpt=$2; shift 2
 if [ $# -gt 0 ]; then seeds=("$@"); else seeds=(0 1 2); fi
 if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_DIR="$(cd ../shared/data && pwd)"; fi
 PY=${PYTHON:-.venv/bin/python}
-VOCAB=4000 CAP=60 PATIENCE=2 MIN_IMPROVEMENT=0.005
+VOCAB=4000 CAP=60 PATIENCE=2 MIN_IMPROVEMENT=0.005 UNIGRAM_HOLD=0.9
 recipe=(--set vocab_kind=bpe --set vocab_cap=$VOCAB --set drop_unk=true --set max_epochs=$CAP --set patience=$PATIENCE
         --set min_improvement=$MIN_IMPROVEMENT)
+if [ "${FAMILY:-}" = temperature ]; then recipe+=(--set start_below_unigram=$UNIGRAM_HOLD); fi
 if [ -n "${FAMILY:-}" ] && [ "$FAMILY" != wikitext2 ]; then
   exec "$PY" -m nmst_lib suite "$FAMILY" --profile cpu "${recipe[@]}" ${ONLY:+--only "$ONLY"} --threads 1 \
     --no-progress --out "$out" --checkpoint-dir "$ckpt"

@@ -13,6 +13,8 @@ from nmst_lib.experiments import get_family
 from nmst_lib.experiments.config import (
     CHAPTER_CPU_RECIPE,
     CONVERGED_CPU_RECIPE,
+    CPU_RECIPES,
+    UNIGRAM_HOLD_CPU_RECIPE,
     suite_overrides,
 )
 from nmst_lib.experiments.temperature_suite import (
@@ -41,6 +43,17 @@ def test_the_scripts_recipe_is_the_cpu_profiles_converged_recipe():
     assert RECIPE == CONVERGED_CPU_RECIPE
     assert CHAPTER_CPU_RECIPE["wikitext2"] == "converged"  # Chapter 6 trains with it: nothing to override
     assert get_family("wikitext2").configs("cpu", **RECIPE) == get_family("wikitext2").configs("cpu")
+
+
+def test_the_script_adds_chapter_9s_unigram_hold_for_the_temperature_suite_only():
+    import re
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "converge_cpu.sh").read_text()
+    hold = float(re.search(r"\bUNIGRAM_HOLD=([0-9.]+)", script).group(1))
+    assert UNIGRAM_HOLD_CPU_RECIPE == {**RECIPE, "start_below_unigram": hold}
+    assert CPU_RECIPES["converged-unigram-hold"] == UNIGRAM_HOLD_CPU_RECIPE
+    assert 'if [ "${FAMILY:-}" = temperature ]; then recipe+=(--set start_below_unigram=$UNIGRAM_HOLD); fi' in script
 
 
 @pytest.mark.parametrize("family", ["sparse", "temperature"])

@@ -99,6 +99,15 @@ class SequenceData:
         ``<eos>``."""
         return int(self.continuation_lengths.sum())
 
+    @property
+    def continuation_tokens(self) -> torch.Tensor:
+        """Every scored token of the split, flat (each sequence's
+        continuation and its ``<eos>``; contexts left out),
+        ``LongTensor[num_target_tokens]``."""
+        starts = torch.repeat_interleave(self.offsets, self.lengths)
+        position = torch.arange(self.num_tokens) - starts
+        return self.tokens[position >= self.context_len]
+
     def sequence(self, i: int) -> torch.Tensor:
         """Sequence i: context, continuation, eos."""
         start = int(self.offsets[i])

@@ -115,7 +115,13 @@ class TrainingOptions:
     sequences (and at most ``max_batch_tokens`` padded tokens) per batch,
     ``grad_accum`` micro-batches per optimizer step, gradient-norm clipping at
     ``clip``, ``no_decay_bias_norm``: no weight decay on biases and LayerNorm
-    (GPT-2)."""
+    (GPT-2). ``start_below_unigram`` (None: off) holds the plateau rule back
+    while the model is still on the unigram plateau: until an epoch's
+    validation perplexity falls below this fraction of the unigram model's
+    (:func:`~nmst_lib.experiments.evaluation.unigram_perplexity`), an epoch
+    without improvement neither decays the lr nor counts towards ``patience``
+    (Chapter 9's contextual-temperature models, whose temperatures start at 3,
+    spend several epochs there)."""
 
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.99)
@@ -132,6 +138,7 @@ class TrainingOptions:
     max_steps: int | None = None
     grad_accum: int = 1
     no_decay_bias_norm: bool = False
+    start_below_unigram: float | None = None
 
 
 @dataclass(frozen=True)
@@ -238,6 +245,7 @@ FIELD_SECTIONS = {
             "max_epochs",
             "patience",
             "min_improvement",
+            "start_below_unigram",
             "batch_size",
             "max_batch_tokens",
             "clip",
@@ -376,6 +384,19 @@ def _validate_rates(t: TrainingOptions) -> None:
             "(a relative "
             "threshold, e.g. 0.005 for 0.5 %)"
         )
+    if t.start_below_unigram is not None:
+        check_number(t.start_below_unigram, "start_below_unigram")
+        if not 0.0 < t.start_below_unigram <= 1.0:
+            raise ValueError(
+                "start_below_unigram must lie in (0, 1] (a fraction of the "
+                "unigram model's validation perplexity, e.g. 0.9) or be None "
+                f"(no hold), got {t.start_below_unigram!r}"
+            )
+        if t.lr_schedule != "plateau":
+            raise ValueError(
+                "start_below_unigram holds back the plateau rule, so it needs "
+                f"lr_schedule='plateau', got {t.lr_schedule!r}"
+            )
     for name in ("lr", "clip"):
         v = getattr(t, name)
         check_number(v, name)

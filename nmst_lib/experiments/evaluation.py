@@ -23,6 +23,7 @@ __all__ = [
     "evaluate_loss",
     "evaluate_perplexity",
     "selection_metric",
+    "unigram_perplexity",
     "validation_score",
 ]
 
@@ -64,6 +65,28 @@ def _mean_over_split(model: RecurrentLM, data: D.SequenceData, summed, batch_siz
     finally:
         model.train(was_training)
     return total / count
+
+
+def unigram_perplexity(train: D.SequenceData, valid: D.SequenceData) -> float:
+    """Validation perplexity of the unigram model: every continuation token (eos included)
+    predicted by its frequency among ``train``'s continuation tokens, add-one smoothed over the
+    vocabulary (so that a piece unseen in training keeps a finite probability), scored on
+    ``valid``'s continuation tokens. It is what a model that ignores its context can reach: a
+    model whose validation perplexity sits at this value has not yet learned to use the context
+    (the *unigram plateau*; the ``start_below_unigram`` rule of
+    :class:`~nmst_lib.experiments.trainer.Trainer`, Chapter 9, 09_temperature)."""
+    for name, split in (("train", train), ("valid", valid)):
+        if not isinstance(split, D.SequenceData):
+            raise TypeError(f"{name} must be a nmst_lib.data.SequenceData, got {type(split).__name__}")
+    if len(train.vocab) != len(valid.vocab):
+        raise ValueError(f"train and valid must share a vocabulary, got sizes {len(train.vocab)} and "
+                         f"{len(valid.vocab)}")
+    counts = torch.bincount(train.continuation_tokens, minlength=len(train.vocab)).double() + 1.0
+    log_probs = counts.log() - counts.sum().log()
+    targets = valid.continuation_tokens
+    if targets.numel() == 0:
+        raise ValueError("valid has no continuation tokens to score")
+    return math.exp(-float(log_probs[targets].mean()))
 
 
 def selection_metric(config: ExperimentConfig) -> str:

@@ -61,6 +61,7 @@ from .evaluation import (
     evaluate_loss,
     evaluate_perplexity,
     selection_metric,
+    unigram_perplexity,
     validation_score,
 )
 from .model_setup import (
@@ -289,12 +290,36 @@ def _check_hooks(monitor, monitor_every, checkpoint_every) -> tuple[int | None, 
     return monitor_every, checkpoint_every
 
 
-def _improves(score: float, best: float, min_improvement: float) -> bool:
+def _improves(score: float, best: float, min_improvement: float, metric: str = "val_ppl") -> bool:
     """Whether a validation score (lower is better) improves on ``best`` by more than the
-    relative threshold ``min_improvement`` (0: any improvement; 0.005: by more than 0.5 %, the
-    ``rel`` threshold of PyTorch's ``ReduceLROnPlateau``). An epoch that does not halves the lr
-    (``plateau``) and counts towards ``patience`` (Choi et al. (2023) App. D; Chapter 6)."""
-    return score < best - abs(best) * min_improvement if math.isfinite(best) else score < best
+    threshold ``min_improvement`` (0: any improvement; 0.005: perplexity lower by more than 0.5 %,
+    the ``rel`` threshold of PyTorch's ``ReduceLROnPlateau``). An epoch that does not halves the
+    lr (``plateau``) and counts towards ``patience`` (Choi et al. (2023) App. D; Chapter 6).
+
+    The rule is one rule in two units. A perplexity (``metric="val_ppl"``) must fall by the
+    factor ``1 - min_improvement``; a mean per-token loss in nats (``"val_loss"``, the entmax
+    heads of Chapter 8) must fall by ``-log(1 - min_improvement)`` nats, which is the same
+    condition when the loss is the log of the perplexity. (A relative threshold on a loss would
+    not be: 0.5 % of a loss of 4.5 nats asks for 0.0225 nats, a perplexity 2.3 % lower.)"""
+    if not math.isfinite(best):
+        return score < best
+    if metric == "val_ppl":
+        return score < best - abs(best) * min_improvement
+    if metric == "val_loss":
+        return score < best + math.log1p(-min_improvement)
+    raise ValueError(f"metric must be 'val_ppl' or 'val_loss' (selection_metric), got {metric!r}")
+
+
+def _left_unigram_plateau(history: list[dict], score: float, unigram_ppl: float | None,
+                          fraction: float | None) -> bool:
+    """Whether the plateau rule applies at this epoch (``start_below_unigram``, Chapter 9): always
+    when ``fraction`` is None; otherwise once some epoch so far (this one included, validation
+    perplexity ``score``) has ended below ``fraction`` times the unigram model's validation
+    perplexity (:func:`~nmst_lib.experiments.evaluation.unigram_perplexity`)."""
+    if fraction is None:
+        return True
+    bar = fraction * unigram_ppl
+    return score < bar or any(r["val_ppl"] < bar for r in history)
 
 
 class Trainer:
@@ -331,6 +356,8 @@ class Trainer:
         self.resumed_from = None
         self.monitor = monitor if ctx.is_main else None
         self.metric = selection_metric(config)
+        self.unigram_ppl = (unigram_perplexity(self.data.train, self.data.valid)
+                            if config.training.start_below_unigram is not None else None)
 
     def restore(self, resume: bool) -> None:
         """With ``resume``, continue from the checkpoint when there is one (weights, optimizer,
@@ -394,7 +421,8 @@ class Trainer:
 
     def end_epoch(self) -> None:
         """Validate; keep the weights when the validation score improved, else (plateau) decay
-        the lr; record the epoch; stop early after ``patience`` bad epochs; checkpoint."""
+        the lr, unless the model is still on the unigram plateau (``start_below_unigram``);
+        record the epoch; stop early after ``patience`` bad epochs; checkpoint."""
         config, prog, metric = self.config, self.prog, self.metric
         score = validation_score(config, self.model, self.data.valid)
         if math.isnan(score):
@@ -405,11 +433,15 @@ class Trainer:
                   "train_loss": prog.epoch_loss_sum / max(prog.epoch_tokens, 1), "train_tokens": prog.epoch_tokens}
         if config.training.lr_schedule != "plateau" or config.training.max_steps is not None or config.training.grad_accum != 1:
             record["optimizer_steps"] = prog.opt_step  # Chapter 7's runs; Chapter 6's records keep their keys
-        significant = _improves(score, prog.best_val_ppl, config.training.min_improvement)
+        significant = _improves(score, prog.best_val_ppl, config.training.min_improvement, metric)
+        rule_applies = _left_unigram_plateau(prog.history, score, self.unigram_ppl,
+                                             config.training.start_below_unigram)
+        if self.unigram_ppl is not None:
+            record["unigram_val_ppl"], record["plateau_rule"] = self.unigram_ppl, rule_applies
         if score < prog.best_val_ppl:  # the best weights are kept whatever the threshold
             prog.best_val_ppl, prog.best_epoch = score, epoch_no
             self.best_state = _clone_state(self.model)
-        if significant:
+        if significant or not rule_applies:
             prog.bad_epochs = 0
         else:
             prog.bad_epochs += 1
