@@ -208,10 +208,6 @@ def test_each_section_validates_itself():
         validate_config(ExperimentConfig(gpt2=GPT2Options()))
     # cross-section checks stay in validate_config
     with pytest.raises(
-        ValueError, match="drop_unk applies to arch rnn or lstm only"
-    ):
-        make_config("quick", "gpt2", drop_unk=True)
-    with pytest.raises(
         ValueError, match="vocab_cap must be None for arch gpt2"
     ):
         validate_config(

@@ -100,6 +100,23 @@ def test_load_wikitext_raw_offline_is_the_detokenised_substitute_split_by_articl
     assert desc.num_lines["train"] == sum(1 for s in raw.train if s.strip())
 
 
+def test_load_wikitext_raw_with_drop_unk_deletes_the_markers_before_detokenising(fixture_root):
+    """GPT-2's local text is WikiText-2 v1's, whose <unk> markers, once detokenised, stick to
+    punctuation ("<unk>,"); deleted first, none is left and every other word stays in order."""
+    kept = D.load_wikitext_raw("wikitext-2", "auto")
+    dropped = D.load_wikitext_raw("wikitext-2", "auto", drop_unk=True)
+    tokenised = D.load_wikitext2("substitute")
+    assert sum(line.count("<unk>") for line in kept.train) > 0
+    for split in D.SPLITS:
+        assert not any("<unk>" in line for line in dropped.split(split))
+        assert dropped.split(split) == [D.wikitext_detokenize(line)
+                                        for line in D.drop_unk_markers(tokenised.split(split))]
+    assert dropped.description.extra["unk_in_text"] is False and kept.description.extra["unk_in_text"] is True
+    assert "the markers deleted" in dropped.description.substitute
+    with pytest.raises(TypeError, match="drop_unk must be True or False"):
+        D.load_wikitext_raw("wikitext-2", "auto", drop_unk="yes")
+
+
 def test_load_wikitext_raw_says_plainly_it_is_not_wikitext103_offline(fixture_root):
     start = time.perf_counter()
     raw = D.load_wikitext_raw("wikitext-103", "auto")

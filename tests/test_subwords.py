@@ -180,8 +180,8 @@ def test_drop_unk_is_in_the_key_left_out_of_old_hashes_and_checked():
     assert (plain.key, dropped.key) == ("cpu-lstm-va-bpe4k-seed0", "cpu-lstm-va-bpe4k-nounk-seed0")
     with pytest.raises(TypeError, match="drop_unk must be True or False"):
         plain.replace(drop_unk="yes")
-    with pytest.raises(ValueError, match="drop_unk applies to arch rnn or lstm only"):
-        make_config("cpu", "gpt2", "va").replace(drop_unk=True)
+    gpt2 = make_config("cpu", "gpt2", "va").replace(drop_unk=True)  # GPT-2's local text has the markers too
+    assert gpt2.key == "cpu-gpt2-va-nounk-seed0" and "drop_unk" not in make_config("cpu", "gpt2", "va").to_dict()
 
 
 def test_prepare_data_with_drop_unk_trains_and_scores_text_without_the_marker():

@@ -20,6 +20,7 @@ from .corpus import (
     DataDescription,
     _describe,
     _split_stats,
+    drop_unk_markers,
     load_wikitext2,
     load_wikitext2_from_hub,
 )
@@ -138,6 +139,7 @@ def load_wikitext_raw(
     substitute_seed: int = 0,
     *,
     hub_timeout: float = 2.0,
+    drop_unk: bool = False,
 ) -> Corpus:
     """Raw WikiText text for GPT-2 fine-tuning (Choi, Cho, Lee (2023) Sec.
     4.2 and App. D; Welleck et al. (2020) Sec. 5.3; Chapter 7, 07_gpt2),
@@ -163,7 +165,14 @@ def load_wikitext_raw(
       configured, else the hub (as :func:`~nmst_lib.data.load_wikitext2`);
       for ``"wikitext-103"``, the hub when it is reachable, else ``"local"``
       (never silently: the description then says it is not WikiText-103).
+
+    ``drop_unk``: delete the ``<unk>`` markers of the local tokenised text
+    (:func:`~nmst_lib.data.drop_unk_markers`) before it is detokenised, so
+    that none is left glued to punctuation (``<unk>,``); the hub's raw text
+    has none, so there it changes nothing.
     """
+    if not isinstance(drop_unk, bool):
+        raise TypeError(f"drop_unk must be True or False, got {drop_unk!r}")
     if dataset not in RAW_HUB_CONFIGS:
         raise ValueError(
             f"dataset must be one of {tuple(RAW_HUB_CONFIGS)}, got {dataset!r}"
@@ -178,7 +187,7 @@ def load_wikitext_raw(
     if data_source == "hub":
         return _raw_from_hub(dataset, hub_timeout)
     return _raw_from_local(
-        dataset, data_source, why, directory, substitute_seed
+        dataset, data_source, why, directory, substitute_seed, drop_unk
     )
 
 
@@ -237,23 +246,36 @@ def _raw_from_hub(dataset: str, hub_timeout: float) -> Corpus:
 
 
 def _raw_from_local(
-    dataset: str, data_source: str, why: str, directory, substitute_seed: int
+    dataset: str,
+    data_source: str,
+    why: str,
+    directory,
+    substitute_seed: int,
+    drop_unk: bool = False,
 ) -> Corpus:
     """The local tokenised WikiText-2 (or its substitute) standing in for
-    the raw ``dataset``, detokenised, with a description that says so."""
+    the raw ``dataset``, its ``<unk>`` markers deleted first when
+    ``drop_unk``, detokenised, with a description that says so."""
     config = RAW_HUB_CONFIGS[dataset]
     name = _display_name(dataset)
     local_source = "substitute" if data_source == "substitute" else "local"
     corpus = load_wikitext2(
         local_source, directory, substitute_seed=substitute_seed
     )
+    if drop_unk:
+        corpus = Corpus(
+            *(drop_unk_markers(corpus.split(s)) for s in SPLITS),
+            corpus.description,
+        )
     corpus = _detokenized_corpus(corpus)
     old = corpus.description
     stats = {s: _split_stats(corpus.split(s)) for s in SPLITS}
     not_103 = " This is NOT WikiText-103." if dataset == "wikitext-103" else ""
     what = (
         "the local tokenised WikiText-2 (v1: rare words replaced by <unk>, "
-        "kept as text)" + (" re-split by article" if old.substitute else "")
+        + ("the markers deleted" if drop_unk else "kept as text")
+        + ")"
+        + (" re-split by article" if old.substitute else "")
     )
     sentence = (
         f"Asked for {name} (raw) for GPT-2; the Hugging Face hub was not "
@@ -274,7 +296,7 @@ def _raw_from_local(
             "dataset": dataset,
             "asked_for": f"{name} raw ({config})",
             "detokenized": True,
-            "unk_in_text": True,
+            "unk_in_text": not drop_unk,
             "is_wikitext103": False,
         },
     )

@@ -511,8 +511,9 @@ def _validate_identity(config: ExperimentConfig) -> dict:
 
 def _check_data_for_arch(data: DataOptions, arch: str) -> None:
     """The data options that depend on the arch: WikiText-103, a fixed
-    vocabulary and raw text for GPT-2 (Chapter 7), BPE pieces and ``drop_unk``
-    for rnn/lstm only."""
+    vocabulary and raw text for GPT-2 (Chapter 7), BPE pieces for rnn/lstm
+    only (``drop_unk`` applies to every arch: GPT-2's local text is WikiText-2
+    v1's, whose ``<unk>`` markers it deletes before detokenising)."""
     if data.dataset == "wikitext-103" and arch != "gpt2":
         raise ValueError(
             "dataset 'wikitext-103' is for arch gpt2 only (Choi, Cho, Lee "
@@ -525,12 +526,6 @@ def _check_data_for_arch(data: DataOptions, arch: str) -> None:
             "8000), and an rnn or lstm "
             f"(GPT-2 has its own BPE); got arch {arch!r}, vocab_cap "
             f"{data.vocab_cap!r}"
-        )
-    if data.drop_unk and arch == "gpt2":
-        raise ValueError(
-            "drop_unk applies to arch rnn or lstm only: GPT-2 reads the raw "
-            "text, which has no <unk> "
-            "markers; leave it out (False)"
         )
     if arch == "gpt2" and data.vocab_cap is not None:
         raise ValueError(

@@ -35,14 +35,17 @@ def load_corpus(config: ExperimentConfig, directory=None) -> D.Corpus:
     :func:`nmst_lib.data.load_wikitext2` for where the data comes from: ``directory``,
     ``$NMST_WIKITEXT_DIR``, ``$NMST_DATA_DIR/wikitext-2``, else the hub). For GPT-2 (Chapter 7,
     07_gpt2) the raw, detokenised text of ``config.data.dataset``
-    (:func:`nmst_lib.data.load_wikitext_raw`)."""
+    (:func:`nmst_lib.data.load_wikitext_raw`; with ``drop_unk`` the local text's ``<unk>`` markers are
+    deleted before it is detokenised)."""
     folder = D.wikitext_dir(directory)
     where = None if folder is None else str(folder.resolve())
     if config.arch == "gpt2":
-        key = ("raw", config.data.dataset, config.data.data_source, where, config.data.substitute_seed)
+        key = ("raw", config.data.dataset, config.data.data_source, where, config.data.substitute_seed,
+               config.data.drop_unk)
         if key not in _CORPUS_CACHE:
             _CORPUS_CACHE[key] = D.load_wikitext_raw(config.data.dataset, config.data.data_source, directory,
-                                                     substitute_seed=config.data.substitute_seed)
+                                                     substitute_seed=config.data.substitute_seed,
+                                                     drop_unk=config.data.drop_unk)
         return _CORPUS_CACHE[key]
     key = (config.data.data_source, where, config.data.substitute_seed)
     if key not in _CORPUS_CACHE:
