@@ -35,6 +35,13 @@
 # plateau at epoch 3 (pending_results/measuring/ct-plateau/).
 # Chapter 8's softmax model is Chapter 6's LSTM VA seed 0 (same training hash): with the same
 # CHECKPOINT_DIR it is evaluated, not trained again.
+#
+# Chapter 7's GPT-2 models (FAMILY=gpt2, 7 models) have no vocabulary to choose (GPT-2's own BPE) and
+# their own recipe, measured on the VA model (pending_results/measuring/): the first editions' 150k
+# training tokens ran out at epoch 3 (validation perplexity rose from epoch 4, best 458.3), so the
+# whole substitute training split (max_train_tokens=null, 405,458 tokens); WikiText's <unk> markers
+# deleted before detokenising (drop_unk=true; with them kept every greedy continuation was a loop of
+# <unk>); at most $GPT2_CAP epochs, over which the linear lr decay is spread; the same 0.5 % rule.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 2 ]; then echo "usage: bash scripts/converge_cpu.sh OUT_DIR CHECKPOINT_DIR [SEEDS...]" >&2; exit 2; fi
@@ -42,10 +49,14 @@ out=$1; ckpt=$2; shift 2
 if [ $# -gt 0 ]; then seeds=("$@"); else seeds=(0 1 2); fi
 if [ -z "${NMST_DATA_DIR:-}" ] && [ -d ../shared/data ]; then export NMST_DATA_DIR="$(cd ../shared/data && pwd)"; fi
 PY=${PYTHON:-.venv/bin/python}
-VOCAB=4000 CAP=60 PATIENCE=2 MIN_IMPROVEMENT=0.005 UNIGRAM_HOLD=0.9
+VOCAB=4000 CAP=60 PATIENCE=2 MIN_IMPROVEMENT=0.005 UNIGRAM_HOLD=0.9 GPT2_CAP=30
 recipe=(--set vocab_kind=bpe --set vocab_cap=$VOCAB --set drop_unk=true --set max_epochs=$CAP --set patience=$PATIENCE
         --set min_improvement=$MIN_IMPROVEMENT)
 if [ "${FAMILY:-}" = temperature ]; then recipe+=(--set start_below_unigram=$UNIGRAM_HOLD); fi
+if [ "${FAMILY:-}" = gpt2 ]; then
+  recipe=(--set max_train_tokens=null --set drop_unk=true --set max_epochs=$GPT2_CAP --set patience=$PATIENCE
+          --set min_improvement=$MIN_IMPROVEMENT)
+fi
 if [ -n "${FAMILY:-}" ] && [ "$FAMILY" != wikitext2 ]; then
   exec "$PY" -m nmst_lib suite "$FAMILY" --profile cpu "${recipe[@]}" ${ONLY:+--only "$ONLY"} --threads 1 \
     --no-progress --out "$out" --checkpoint-dir "$ckpt"

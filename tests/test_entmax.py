@@ -295,6 +295,39 @@ def test_automatic_partial_sort_at_gpt2_vocabulary_equals_full_sort_bitwise():
         assert torch.equal(fn(z), fn(z, k=50257))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cpu_sort_returns_torch_sorts_values_bitwise_on_any_dim(dtype, dim):
+    """The NumPy sort behind the exact thresholds on a CPU (``_sort_descending``) gives exactly
+    ``torch.sort``'s values, -inf (masked tokens), ties and signed zeros included, so the
+    thresholds, distributions and losses it feeds are unchanged to the bit."""
+    g = torch.Generator().manual_seed(17)
+    z = torch.randn(7, 30, generator=g).to(dtype)
+    z[0, :5] = -math.inf
+    z[1, 3:9] = 0.25
+    z[2, 0], z[2, 1] = 0.0, -0.0
+    z = z.requires_grad_()
+    got = _E._sort_descending(z, dim)
+    want = torch.sort(z.detach(), dim=dim, descending=True).values
+    assert got.dtype == dtype and not got.requires_grad and torch.equal(got, want)
+
+
+def test_entmax15_loss_and_gradient_are_unchanged_by_the_cpu_sort(monkeypatch):
+    z = (0.3 * torch.randn(64, 4000, generator=torch.Generator().manual_seed(18))).requires_grad_()
+    y = torch.randint(0, 4000, (64,), generator=torch.Generator().manual_seed(19))
+
+    def loss_and_grad():
+        z.grad = None
+        loss = entmax_loss(z, y, 1.5)
+        loss.sum().backward()
+        return loss.detach(), z.grad.clone()
+
+    fast = loss_and_grad()
+    monkeypatch.setattr(_E, "_sort_descending", lambda X, dim: torch.sort(X, dim=dim, descending=True).values)
+    slow = loss_and_grad()
+    assert torch.equal(fast[0], slow[0]) and torch.equal(fast[1], slow[1])
+
+
 # ------------------------------------------------------------------------- Fenchel-Young loss
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_alpha_one_loss_is_cross_entropy_exactly(dim):

@@ -14,6 +14,7 @@ from nmst_lib.experiments.config import (
     CHAPTER_CPU_RECIPE,
     CONVERGED_CPU_RECIPE,
     CPU_RECIPES,
+    GPT2_CONVERGED_CPU_RECIPE,
     UNIGRAM_HOLD_CPU_RECIPE,
     suite_overrides,
 )
@@ -119,3 +120,22 @@ def test_the_suite_command_sets_fields_for_every_model(tmp_path, capsys):
     assert all(key.endswith("-bpe4k-nounk-seed0") for key in keys)
     assert cli.main(argv + ["--set", "seed=2"]) == 2
     assert "overrides cannot set seed" in capsys.readouterr().err
+
+
+def test_the_scripts_gpt2_recipe_is_chapter_7s_converged_recipe_and_keeps_every_models_identity():
+    import re
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "converge_cpu.sh").read_text()
+    block = re.search(r'if \[ "\$\{FAMILY:-\}" = gpt2 \]; then\n(.*?)\nfi', script, re.S).group(1)
+    values = dict(re.findall(r"\b(GPT2_CAP|PATIENCE|MIN_IMPROVEMENT)=([0-9.]+)", script))
+    fields = dict(re.findall(r"--set (\w+)=([^\s)]+)", block))
+    assert fields == {"max_train_tokens": "null", "drop_unk": "true", "max_epochs": "$GPT2_CAP",
+                      "patience": "$PATIENCE", "min_improvement": "$MIN_IMPROVEMENT"}
+    assert GPT2_CONVERGED_CPU_RECIPE == {"max_train_tokens": None, "drop_unk": True,
+                                         "max_epochs": int(values["GPT2_CAP"]), "patience": int(values["PATIENCE"]),
+                                         "min_improvement": float(values["MIN_IMPROVEMENT"])}
+    plain = get_family("gpt2").configs("cpu")
+    tuned = get_family("gpt2").configs("cpu", **GPT2_CONVERGED_CPU_RECIPE)
+    assert [(c.head, c.eps, c.seed) for c in tuned] == [(c.head, c.eps, c.seed) for c in plain]
+    assert all(c.key.endswith("-nounk-seed0") and c.data.max_train_tokens is None for c in tuned)

@@ -61,6 +61,7 @@ __all__ = [
     "CONVERGED_CPU_RECIPE",
     "CPU_EPS",
     "CPU_RECIPES",
+    "GPT2_CONVERGED_CPU_RECIPE",
     "UNIGRAM_HOLD_CPU_RECIPE",
     "WORD_CPU_RECIPE",
     "DECODING_FIELDS",
@@ -708,6 +709,17 @@ perplexity 931-939 (pending_results/measuring/ct-plateau/). Every Chapter 6 run 
 by its second epoch and no epoch of theirs that failed the 0.5 % rule was on it, so the hold
 changes nothing for them (tests/test_plateau_rules.py), and Chapter 9's baselines are Chapter 6's
 runs."""
+
+GPT2_CONVERGED_CPU_RECIPE = dict(max_train_tokens=None, drop_unk=True, max_epochs=30, patience=2,
+                                 min_improvement=0.005)
+"""Chapter 7's converged recipe for the ``cpu`` GPT-2 (07_gpt2), trained by
+``FAMILY=gpt2 scripts/converge_cpu.sh`` and adopted into the profile's defaults when one seed of
+every GPT-2 model is in: the whole substitute training split (405,458 GPT-2 tokens; the first
+editions' 150,000 ran out at epoch 3, after which validation perplexity rose:
+pending_results/measuring/gpt2-150k-unk-kept/), WikiText's ``<unk>`` markers deleted before
+detokenising (:func:`nmst_lib.data.load_wikitext_raw`; with them kept every greedy continuation was
+a loop of ``<unk>``), the same 0.5 % rule with patience 2 as the RNN/LSTM recipe, and at most 30
+epochs, over which the linear learning-rate decay is spread."""
 
 CPU_RECIPES = {"converged": CONVERGED_CPU_RECIPE, "converged-unigram-hold": UNIGRAM_HOLD_CPU_RECIPE,
                "word-4-epochs": WORD_CPU_RECIPE}
