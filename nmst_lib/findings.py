@@ -149,8 +149,9 @@ def noise_band(*, seeds=None, floor: Band | None = None) -> Band:
 def convergence(result) -> dict:
     """Whether one stored run converged, from its per-epoch history (``metrics.history``).
 
-    Returns ``metric`` (``val_ppl``, or ``val_loss`` where the history has no perplexity,
-    as for the entmax models of Chapter 8), ``best_epoch``, ``last_epoch``, ``last_change``
+    Returns ``metric`` (``val_ppl``; for the entmax models of Chapter 8, which have no
+    perplexity, ``val_eps_ppl`` where they were selected by epsilon-perplexity, else
+    ``val_loss``), ``best_epoch``, ``last_epoch``, ``last_change``
     (last epoch's value minus the one before; NaN with one epoch), ``stopped_early`` (the
     trainer's early stopping fired: ``patience`` epochs in a row without an improvement of more
     than ``min_improvement``, a plateau rule after Choi, Cho, Lee (2023) App. D;
@@ -165,7 +166,7 @@ def convergence(result) -> dict:
         raise ValueError("a stored result needs metrics.history (one entry per epoch)") from None
     if not history:
         raise ValueError("metrics.history is empty: no epoch was recorded")
-    metric = "val_ppl" if history[0].get("val_ppl") is not None else "val_loss"
+    metric = next((m for m in ("val_ppl", "val_eps_ppl") if history[0].get(m) is not None), "val_loss")
     values = [float(h[metric]) for h in history]
     best = int(np.argmin(values)) + 1
     change = values[-1] - values[-2] if len(values) >= 2 else math.nan

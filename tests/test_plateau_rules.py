@@ -1,7 +1,8 @@
-"""The plateau rule's two refinements (Chapter 6's converged recipe, used by Chapters 8 and 9):
-the threshold in the units of the selection metric (a perplexity, or a loss in nats for the
-entmax heads) and the hold while a model is still on the unigram plateau
-(``start_below_unigram``), with the unigram perplexity it is measured against."""
+"""The plateau rule's refinements (Chapter 6's converged recipe, used by Chapters 8 and 9): the
+threshold in the units of the selection metric (a perplexity, or a loss in nats for the entmax
+heads), the entmax heads' selection by epsilon-perplexity (``select_on="eps_ppl"``), and the hold
+while a model is still on the unigram plateau (``start_below_unigram``), with the unigram
+perplexity it is measured against."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ from hypothesis import strategies as st
 from datasources import NO_REAL_WIKITEXT, REAL_WIKITEXT_DIR
 from nmst_lib import data as D
 from nmst_lib.experiments.config import CHAPTER_CPU_RECIPE, make_config
-from nmst_lib.experiments.evaluation import unigram_perplexity
+from nmst_lib.experiments.evaluation import (
+    evaluate_eps_perplexity,
+    selection_metric,
+    unigram_perplexity,
+)
 from nmst_lib.experiments.preparation import prepare_data
 from nmst_lib.experiments.trainer import (
     _improves,
@@ -145,3 +150,73 @@ def test_the_hold_would_not_have_changed_any_published_chapter_6_run():
             best = min(h["val_ppl"] for h in history[:i])
             if not _improves(history[i]["val_ppl"], best, config.training.min_improvement):
                 assert history[i]["val_ppl"] < bar, (path.name, history[i])
+
+
+# ------------------------------------------------------------------ entmax: epsilon-perplexity
+def test_select_on_is_checked_and_left_out_of_old_hashes():
+    entmax = make_config("cpu", "lstm", "entmax", alpha=1.5)
+    assert "select_on" not in entmax.to_dict() and selection_metric(entmax) == "val_loss"
+    chosen = make_config("cpu", "lstm", "entmax", alpha=1.5, select_on="eps_ppl")
+    assert chosen.to_dict()["select_on"] == "eps_ppl" and selection_metric(chosen) == "val_eps_ppl"
+    assert selection_metric(make_config("cpu", "lstm", "nmst-entmax", 5e-4, alpha=1.5,
+                                        select_on="eps_ppl")) == "val_eps_ppl"
+    with pytest.raises(ValueError, match="select_on must be None"):
+        make_config("cpu", "lstm", "entmax", alpha=1.5, select_on="sp")
+    with pytest.raises(ValueError, match="for the entmax heads"):
+        make_config("cpu", "lstm", "va", select_on="eps_ppl")
+
+
+def test_eps_perplexity_is_the_formula_on_the_models_probabilities_of_the_continuation_tokens(
+        fixture_data_env, tmp_path):
+    """By hand, one sequence at a time: every continuation token's probability under a briefly
+    trained entmax-1.5 model (0 outside its support), then eq. 9. The batched evaluation gives
+    the same number as eq. 9 at the optimal epsilon of those probabilities, and no epsilon of a
+    fine grid (nor the uniform limit, epsilon -> inf, perplexity V) does better."""
+    from nmst_lib.metrics import epsilon_perplexity
+
+    config = make_config("quick", "lstm", "entmax", alpha=1.5, data_source="local", max_epochs=2)
+    run = train(config, checkpoint_dir=tmp_path, progress=False)
+    model, valid = run.model, run.data.valid
+    q = []
+    for i in range(len(valid)):
+        seq = valid.sequence(i)
+        with torch.no_grad():
+            log_p = model(seq[None, :-1])[0].double()
+        k = valid.context_len
+        q.append(log_p[k - 1:].gather(-1, seq[k:, None]).squeeze(-1).exp())
+    q = torch.cat(q)
+    V = model.vocab_size
+    assert q.numel() == valid.num_target_tokens and bool((q == 0).any()), "the test needs a token outside the support"
+
+    def eps_ppl(eps):
+        return math.exp(-float(torch.log((q + eps) / (1 + eps * V)).mean()))
+
+    got = evaluate_eps_perplexity(model, valid, batch_size=8)
+    assert got == pytest.approx(epsilon_perplexity(q, V)[0], rel=1e-6)  # float32 batched vs one by one
+    grid = [10.0 ** e for e in torch.linspace(-12, 4, 3201).tolist()]
+    assert got <= min(min(eps_ppl(e) for e in grid), V) * (1 + 1e-6)
+
+
+def test_an_entmax_model_selected_by_eps_perplexity_records_it_and_stops_by_the_perplexity_rule(
+        fixture_data_env, tmp_path):
+    config = make_config("quick", "lstm", "entmax", alpha=1.5, data_source="local", max_epochs=4, patience=1,
+                         min_improvement=0.9, select_on="eps_ppl")
+    run = train(config, checkpoint_dir=tmp_path, progress=False)
+    assert all("val_eps_ppl" in h and "val_loss" not in h for h in run.history)
+    assert run.stopped_early and len(run.history) == 2  # epoch 2 cannot be 90 % lower than epoch 1
+    one = train(config.replace(max_epochs=1), checkpoint_dir=tmp_path / "one", progress=False)  # same epoch 1
+    assert run.history[0]["val_eps_ppl"] == evaluate_eps_perplexity(one.model, one.data.valid,
+                                                                    config.training.batch_size * 2)
+    assert run.val_ppl is None and run.val_loss is not None  # the final losses stay the head's own
+
+
+def test_the_sparse_suite_gives_select_on_to_its_entmax_models_only():
+    from nmst_lib.experiments import get_family
+
+    plain = get_family("sparse").configs("cpu")
+    tuned = get_family("sparse").configs("cpu", select_on="eps_ppl")
+    for before, after in zip(plain, tuned):
+        if before.model.head == "va":
+            assert after.model == before.model
+        else:
+            assert after.model.training.select_on == "eps_ppl"

@@ -14,6 +14,7 @@ from nmst_lib.experiments.config import (
     CHAPTER_CPU_RECIPE,
     CONVERGED_CPU_RECIPE,
     CPU_RECIPES,
+    EPS_PPL_CPU_RECIPE,
     GPT2_CONVERGED_CPU_RECIPE,
     UNIGRAM_HOLD_CPU_RECIPE,
     suite_overrides,
@@ -55,6 +56,19 @@ def test_the_script_adds_chapter_9s_unigram_hold_for_the_temperature_suite_only(
     assert UNIGRAM_HOLD_CPU_RECIPE == {**RECIPE, "start_below_unigram": hold}
     assert CPU_RECIPES["converged-unigram-hold"] == UNIGRAM_HOLD_CPU_RECIPE
     assert 'if [ "${FAMILY:-}" = temperature ]; then recipe+=(--set start_below_unigram=$UNIGRAM_HOLD); fi' in script
+
+
+def test_the_script_adds_chapter_8s_eps_perplexity_selection_for_the_sparse_suite_only():
+    from pathlib import Path
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "converge_cpu.sh").read_text()
+    assert 'if [ "${FAMILY:-}" = sparse ]; then recipe+=(--set select_on=eps_ppl); fi' in script
+    assert EPS_PPL_CPU_RECIPE == {**RECIPE, "select_on": "eps_ppl"}
+    assert CPU_RECIPES["converged-eps-ppl"] == EPS_PPL_CPU_RECIPE
+    configs = get_family("sparse").configs("cpu", **EPS_PPL_CPU_RECIPE)
+    assert [c.model.training.select_on for c in configs] == [None, "eps_ppl", "eps_ppl", "eps_ppl"]
+    # the softmax model is still Chapter 6's LSTM VA seed 0
+    assert training_config("sparse", configs[0]).key == "cpu-lstm-va-bpe4k-nounk-seed0"
 
 
 @pytest.mark.parametrize("family", ["sparse", "temperature"])

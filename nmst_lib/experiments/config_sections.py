@@ -34,6 +34,7 @@ __all__ = [
     "FIELD_SECTIONS",
     "LR_SCHEDULES",
     "SECTION_TYPES",
+    "SELECT_ON",
     "VOCAB_KINDS",
     "DataOptions",
     "DecodingOptions",
@@ -56,6 +57,10 @@ learned on the training split (Chapter 6, "The data")."""
 DATASETS = ("wikitext-2", "wikitext-103")
 """Corpora: WikiText-2 (every arch) and WikiText-103 (GPT-2 only; Choi, Cho,
 Lee (2023) Sec. 4.2)."""
+SELECT_ON = ("eps_ppl",)
+"""Values of ``select_on`` besides None (the head's own validation loss):
+``eps_ppl``, the validation epsilon-perplexity of an entmax head (Martins et al.
+(2020) eq. 9 at the epsilon that minimises it; Chapter 8)."""
 LR_SCHEDULES = ("plateau", "linear")
 """``plateau``: multiply the lr by ``lr_decay`` after an epoch without
 validation improvement (Choi, Cho, Lee (2023) App. D, Chapter 6); ``linear``:
@@ -121,7 +126,12 @@ class TrainingOptions:
     (:func:`~nmst_lib.experiments.evaluation.unigram_perplexity`), an epoch
     without improvement neither decays the lr nor counts towards ``patience``
     (Chapter 9's contextual-temperature models, whose temperatures start at 3,
-    spend several epochs there)."""
+    spend several epochs there). ``select_on`` (None: the head's own
+    validation loss, as perplexity for va/st/nmst and as the mean entmax loss
+    for the entmax heads) is what epochs are compared by; ``"eps_ppl"``
+    (entmax heads only) compares their validation epsilon-perplexity
+    (Martins et al. (2020) eq. 9, Chapter 8), so that the 0.5 % rule means
+    the same for them as for a softmax model's perplexity."""
 
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.99)
@@ -139,6 +149,7 @@ class TrainingOptions:
     grad_accum: int = 1
     no_decay_bias_norm: bool = False
     start_below_unigram: float | None = None
+    select_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +257,7 @@ FIELD_SECTIONS = {
             "patience",
             "min_improvement",
             "start_below_unigram",
+            "select_on",
             "batch_size",
             "max_batch_tokens",
             "clip",
@@ -397,6 +409,11 @@ def _validate_rates(t: TrainingOptions) -> None:
                 "start_below_unigram holds back the plateau rule, so it needs "
                 f"lr_schedule='plateau', got {t.lr_schedule!r}"
             )
+    if t.select_on is not None and t.select_on not in SELECT_ON:
+        raise ValueError(
+            f"select_on must be None (the head's own validation loss) or one of "
+            f"{', '.join(map(repr, SELECT_ON))}, got {t.select_on!r}"
+        )
     for name in ("lr", "clip"):
         v = getattr(t, name)
         check_number(v, name)

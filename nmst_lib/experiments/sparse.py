@@ -76,6 +76,7 @@ from .config import (
     validate_config,
 )
 from .distributed import DistContext
+from .evaluation import selection_metric
 from .family import Family, register, run_family_suite
 from .model_setup import _autocast
 from .results import (
@@ -320,8 +321,12 @@ def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
     for head, e, alpha in models:
         extra = {} if alpha is None else {"alpha": alpha}
         rnt_decoders = ("greedy", "ancestral") + ((f"entmax-{NMST_ENTMAX_ALPHA:g}",) if head == "va" else ())
-        model = make_config(profile, "lstm", head, e, 0,
-                            **{"decoders": rnt_decoders, **recipe, **settings["model"], **extra, **overrides})
+        # select_on names how the entmax models' epochs are compared; the softmax model is Chapter 6's
+        # (selected by its perplexity), so it does not take the field
+        fields = {"decoders": rnt_decoders, **recipe, **settings["model"], **extra, **overrides}
+        if head in NLL_HEADS:
+            fields.pop("select_on", None)
+        model = make_config(profile, "lstm", head, e, 0, **fields)
         decoders = _table_decoders(head)
         out.append(SparseConfig(model=model, decoders=decoders, distinct_decoders=decoders,
                                 explorer_contexts=settings["explorer"] if head == "va" else 0,
@@ -632,7 +637,7 @@ def evaluate_sparse(run: TrainedRun, config: SparseConfig, *, results_dir=None, 
                   "natural_decoder": config.natural_decoder, "training_hash": training_hash(m),
                   "checkpoint": Path(run.checkpoint).name},
         "metrics": {
-            "selection": "val_ppl" if m.head in NLL_HEADS else "val_loss",
+            "selection": selection_metric(m),
             "val_ppl": run.val_ppl, "test_ppl": run.test_ppl, "val_loss": run.val_loss, "test_loss": run.test_loss,
             "best_epoch": run.best_epoch, "epochs_run": run.epochs_run, "stopped_early": run.stopped_early,
             "history": run.history, "num_parameters": sum(p.numel() for p in model.parameters()),

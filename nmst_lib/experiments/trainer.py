@@ -296,18 +296,19 @@ def _improves(score: float, best: float, min_improvement: float, metric: str = "
     the ``rel`` threshold of PyTorch's ``ReduceLROnPlateau``). An epoch that does not halves the
     lr (``plateau``) and counts towards ``patience`` (Choi et al. (2023) App. D; Chapter 6).
 
-    The rule is one rule in two units. A perplexity (``metric="val_ppl"``) must fall by the
+    The rule is one rule in two units. A perplexity (``metric="val_ppl"``, or ``"val_eps_ppl"``,
+    the epsilon-perplexity of an entmax head with ``select_on="eps_ppl"``) must fall by the
     factor ``1 - min_improvement``; a mean per-token loss in nats (``"val_loss"``, the entmax
     heads of Chapter 8) must fall by ``-log(1 - min_improvement)`` nats, which is the same
     condition when the loss is the log of the perplexity. (A relative threshold on a loss would
     not be: 0.5 % of a loss of 4.5 nats asks for 0.0225 nats, a perplexity 2.3 % lower.)"""
     if not math.isfinite(best):
         return score < best
-    if metric == "val_ppl":
+    if metric in ("val_ppl", "val_eps_ppl"):
         return score < best - abs(best) * min_improvement
     if metric == "val_loss":
         return score < best + math.log1p(-min_improvement)
-    raise ValueError(f"metric must be 'val_ppl' or 'val_loss' (selection_metric), got {metric!r}")
+    raise ValueError(f"metric must be 'val_ppl', 'val_eps_ppl' or 'val_loss' (selection_metric), got {metric!r}")
 
 
 def _left_unigram_plateau(history: list[dict], score: float, unigram_ppl: float | None,
@@ -455,7 +456,7 @@ class Trainer:
         prog.train_seconds = time.perf_counter() - self.start_time
         self.checkpoint()
         self.say(f"[train] {config.key}: epoch {epoch_no}/{config.training.max_epochs} train_loss {record['train_loss']:.4f} "
-                 f"{metric} {score:.{2 if metric == 'val_ppl' else 4}f} lr {record['lr']:.2e}"
+                 f"{metric} {score:.{4 if metric == 'val_loss' else 2}f} lr {record['lr']:.2e}"
                  f"{' (best)' if prog.best_epoch == epoch_no else ''}"
                  f"{f' (max_steps {config.training.max_steps} reached)' if prog.reached_max_steps else ''}")
 
