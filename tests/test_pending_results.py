@@ -32,6 +32,8 @@ def test_a_pending_result_is_the_stamped_result_of_its_config(path):
     assert config.data.vocab_kind == ("word" if config.arch == "gpt2" else "bpe")  # GPT-2 has its own BPE
     if "measuring" not in path.parts:  # the recipe the plan states (scripts/converge_cpu.sh)
         assert config.data.drop_unk and config.training.min_improvement == 0.005 and config.training.patience == 2
+        if config.arch == "gpt2":  # the whole substitute training split (GPT2_CONVERGED_CPU_RECIPE)
+            assert config.data.max_train_tokens is None
     prov = data["provenance"]
     assert prov["git_dirty"] is False and len(prov["git_sha"]) == 40
     metrics = data["metrics"]
