@@ -1,0 +1,52 @@
+"""scripts/recipe_before_after.py: issue 23's before/after table per chapter matches each
+converged run with its first-edition model and reads the numbers from the stored results."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("recipe_before_after", ROOT / "scripts" / "recipe_before_after.py")
+rba = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rba)
+
+
+@pytest.mark.parametrize("key, model", [
+    ("cpu-lstm-va-seed2", "cpu-lstm-va"),
+    ("cpu-lstm-va-bpe4k-nounk-seed0", "cpu-lstm-va"),
+    ("cpu-gpt2-st-eps1e-4-nounk-seed0", "cpu-gpt2-st-eps1e-4"),
+    ("cpu-lstm-va-h162-seed1", "cpu-lstm-va-matched"),
+    ("cpu-lstm-va-h159-bpe4k-nounk-seed0", "cpu-lstm-va-matched"),
+    ("cpu-lstm-nmst-entmax-eps5e-4-a1.5-bpe4k-nounk-seed0", "cpu-lstm-nmst-entmax-eps5e-4-a1.5"),
+])
+def test_a_model_is_its_key_without_seed_vocabulary_and_matched_size(key, model):
+    assert rba.model_id(key) == model
+
+
+def test_the_score_is_the_selection_metric_at_the_best_epoch():
+    run = {"metrics": {"selection": "val_eps_ppl", "best_epoch": 2,
+                       "history": [{"epoch": 1, "val_eps_ppl": 9.0}, {"epoch": 2, "val_eps_ppl": 7.5},
+                                   {"epoch": 3, "val_eps_ppl": 7.6}]}}
+    assert rba.score(run) == (7.5, "ε-ppl")
+
+
+@pytest.mark.parametrize("family", ["gpt2", "sparse", "temperature"])
+def test_every_converged_run_gets_a_row_with_its_own_numbers(family, capsys):
+    pending = sorted((ROOT / "pending_results" / family).glob("*.json"))
+    if not pending:
+        pytest.skip(f"no converged {family} result yet")
+    text = rba.main(["--family", family])
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in pending]
+    for run in runs:
+        model = rba.model_id(run["key"])
+        row = rows[model.removeprefix("cpu-")]
+        if sum(rba.model_id(r["key"]) == model for r in runs) > 1:
+            continue  # the row shows the mean over seeds
+        assert f"{run['decoding']['greedy']['rnt'][-1]:.3f}" in row
+        value, _ = rba.score(run)
+        assert f"{value:,.1f}" in row or f"{value:,.4f}" in row
