@@ -257,6 +257,8 @@ def test_a_run_whose_last_epoch_was_best_has_not_converged():
     done = convergence(_run([260.0, 250.0, 251.0]))
     assert done["converged"] and done["best_epoch"] == 2
     assert convergence(_run([5.1, 4.9], metric="val_loss"))["metric"] == "val_loss"
+    by_eps = convergence(_run([623.0, 439.9, 441.0], metric="val_eps_ppl", stopped_early=True))
+    assert by_eps["metric"] == "val_eps_ppl" and by_eps["best_epoch"] == 2 and by_eps["converged"]
     with pytest.raises(ValueError, match="history"):
         convergence({"metrics": {}})
 
