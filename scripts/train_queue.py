@@ -1,0 +1,227 @@
+"""Issue 23's compute plan on a 2-core CPU: one queue of models that several lanes share.
+
+    python scripts/train_queue.py plan                 the queue, one model per line, in order
+    python scripts/train_queue.py start WORK [LANES]   LANES (default 2) lanes in the background
+    python scripts/train_queue.py status WORK          done, running and still to run, with times
+    python scripts/train_queue.py lane WORK            one lane in the foreground (what start runs)
+
+Every model of the ``cpu`` suites of Chapters 6-9 by its chapter's converged recipe
+(``nmst_lib.experiments.config.CPU_RECIPES``; the same fields as ``scripts/converge_cpu.sh``),
+in the order that gives every chapter the most as results land: one seed of every
+configuration first (Chapter 7, Chapter 8, then Chapter 9, its fast parameter-matched VA
+first), then the other seeds (Chapter 9's, Chapter 6's, Chapter 7's, Chapter 8's).
+
+``start`` makes ``WORK/tree``, a clean worktree of this checkout's HEAD, the first time (so
+that every result is stamped with a clean commit; an existing one is kept, so that a restarted
+plan trains with the code it began with), clears the claims of lanes that no longer run, and
+starts the lanes there, each a ``nice`` background process logging to ``WORK/logs/``. A lane
+takes the first model that is neither done nor claimed, claims it (``WORK/claims/KEY``, made
+atomically with ``mkdir``), trains or resumes it in a child process
+(``python -m nmst_lib suite FAMILY --only KEY --set ...``, one thread; checkpoints in
+``WORK/ckpt``, the result in ``WORK/out/FAMILY/KEY.json``) and goes on until the queue is
+empty. A model is done when a CURRENT result of it is in ``WORK/out``, in ``pending_results/``
+or in the published store of the worktree, so a plan restarted on a new machine skips what is
+committed. Lanes stop when the session that started them ends; ``start`` again resumes every
+model from its last epoch. Commit each result as it lands (``pending_results/README.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nmst_lib.experiments import CURRENT, get_family  # noqa: E402
+from nmst_lib.experiments.config import (  # noqa: E402
+    CONVERGED_CPU_RECIPE,
+    EPS_PPL_CPU_RECIPE,
+    GPT2_CONVERGED_CPU_RECIPE,
+    UNIGRAM_HOLD_CPU_RECIPE,
+)
+from nmst_lib.experiments.results import published_results_dir  # noqa: E402
+
+RECIPES = {"wikitext2": CONVERGED_CPU_RECIPE, "gpt2": GPT2_CONVERGED_CPU_RECIPE,
+           "sparse": EPS_PPL_CPU_RECIPE, "temperature": UNIGRAM_HOLD_CPU_RECIPE}
+"""Each family's converged recipe: the ``--set`` fields of its suite (Chapter 6's and, since
+Chapter 7 switched, Chapter 7's change nothing: they are the profile's own)."""
+
+MINUTES = {"wikitext2": 40, "gpt2": 60, "sparse": 150, "temperature": 120}
+"""Measured minutes per model on one shared core, for the estimates of ``status``: Chapter 6
+20-50, Chapter 7 5-9 epochs of 6-9 minutes, Chapter 8's entmax models about 5 minutes an epoch
+for about 30 epochs, Chapter 9's contextual-temperature models about 230 s an epoch for about
+40 epochs (its parameter-matched VA is a Chapter 6 model)."""
+
+SEED_ORDER = ("temperature", "wikitext2", "gpt2", "sparse")
+"""After every seed-0 model: the other seeds, Chapter 9's first (its two models with three
+seeds), then Chapter 6's, 7's and 8's."""
+
+
+def queue() -> list[tuple[str, object]]:
+    """(family, config) of every model of the plan, in run order."""
+    suites = {name: get_family(name).configs("cpu", **RECIPES[name]) for name in RECIPES}
+
+    def seed(name, config) -> int:
+        return get_family(name).training_config(config).seed
+
+    first = [(name, c) for name in ("gpt2", "sparse") for c in suites[name] if seed(name, c) == 0]
+    temperature = [c for c in suites["temperature"] if seed("temperature", c) == 0]
+    # the parameter-matched VA (a Chapter 6 LSTM, fast) before the contextual-temperature models
+    temperature.sort(key=lambda c: get_family("temperature").training_config(c).model.hidden == 128)
+    first += [("temperature", c) for c in temperature]
+    first += [("wikitext2", c) for c in suites["wikitext2"] if c.seed == 0]
+    later = [(name, c) for name in SEED_ORDER for c in suites[name] if seed(name, c) != 0]
+    return first + later
+
+
+def where_done(family: str, config, work: Path | None, tree: Path = ROOT) -> str | None:
+    """Where a CURRENT result of ``config`` is stored (None: nowhere)."""
+    fam = get_family(family)
+    places = [("pending_results", tree / "pending_results"), ("published", published_results_dir())]
+    if work is not None:
+        places.insert(0, ("WORK/out", work / "out"))
+    for label, folder in places:
+        if folder.is_dir() and fam.load(config, folder).status == CURRENT:
+            return label
+    return None
+
+
+def claim(work: Path, key: str) -> bool:
+    """Claim ``key`` for this lane (atomic: ``mkdir`` fails when another lane has it)."""
+    (work / "claims").mkdir(parents=True, exist_ok=True)
+    try:
+        (work / "claims" / key).mkdir()
+    except FileExistsError:
+        return False
+    (work / "claims" / key / "pid").write_text(str(os.getpid()))
+    return True
+
+
+def release(work: Path, key: str) -> None:
+    folder = work / "claims" / key
+    (folder / "pid").unlink(missing_ok=True)
+    folder.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clear_stale_claims(work: Path) -> list[str]:
+    """Remove the claims whose lane no longer runs (a session ended); returns their keys."""
+    cleared = []
+    for folder in sorted((work / "claims").glob("*")) if (work / "claims").is_dir() else []:
+        pid_file = folder / "pid"
+        pid = int(pid_file.read_text()) if pid_file.is_file() else 0
+        if not pid or not _alive(pid):
+            release(work, folder.name)
+            cleared.append(folder.name)
+    return cleared
+
+
+def suite_command(family: str, key: str, work: Path) -> list[str]:
+    """The child process that trains or resumes one model and stores its result."""
+    sets = [arg for field, value in RECIPES[family].items() for arg in ("--set", f"{field}={json.dumps(value)}")]
+    return [sys.executable, "-m", "nmst_lib", "suite", family, "--profile", "cpu", *sets, "--only", key,
+            "--threads", "1", "--no-progress", "--out", str(work / "out"), "--checkpoint-dir", str(work / "ckpt")]
+
+
+def run_lane(work: Path) -> None:
+    """Take models from the queue until none is left to take."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    while not stop:
+        job = next(((f, c) for f, c in queue() if where_done(f, c, work) is None and claim(work, c.key)), None)
+        if job is None:
+            print(f"[lane {os.getpid()}] {time.strftime('%H:%M:%S')} nothing left to take", flush=True)
+            return
+        family, config = job
+        started = time.time()
+        print(f"[lane {os.getpid()}] {time.strftime('%H:%M:%S')} {family} {config.key}: start", flush=True)
+        try:
+            status = subprocess.run(suite_command(family, config.key, work), cwd=ROOT).returncode
+        finally:
+            release(work, config.key)
+        print(f"[lane {os.getpid()}] {time.strftime('%H:%M:%S')} {family} {config.key}: exit {status} after "
+              f"{(time.time() - started) / 60:.0f} min", flush=True)
+        if status != 0:  # a failing model is not retried in a loop; the log says why
+            return
+
+
+def start(work: Path, lanes: int) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    tree = work / "tree"
+    if not tree.is_dir():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), "HEAD"], check=True)
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain"], capture_output=True, text=True,
+                           check=True).stdout
+    if dirty.strip():
+        raise SystemExit(f"{tree} has local changes; results would be stamped git_dirty:\n{dirty}")
+    for key in clear_stale_claims(work):
+        print(f"[start] {key}: the claim of a lane that no longer runs is cleared")
+    (work / "logs").mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    if "NMST_DATA_DIR" not in env and (ROOT.parent / "shared" / "data").is_dir():
+        env["NMST_DATA_DIR"] = str(ROOT.parent / "shared" / "data")
+    for i in range(lanes):
+        log = open(work / "logs" / f"lane{i + 1}.log", "a")
+        proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(tree / "scripts" / "train_queue.py"),
+                                 "lane", str(work)], cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        print(f"[start] lane {i + 1}: pid {proc.pid}, log {work / 'logs' / f'lane{i + 1}.log'}")
+        time.sleep(5)  # let it claim before the next lane looks
+
+
+def status(work: Path) -> None:
+    rows, todo_minutes = [], 0
+    claimed = {p.name for p in (work / "claims").glob("*")} if (work / "claims").is_dir() else set()
+    for family, config in queue():
+        done = where_done(family, config, work, tree=work / "tree" if (work / "tree").is_dir() else ROOT)
+        state = f"done ({done})" if done else ("running" if config.key in claimed else "to run")
+        if not done:
+            todo_minutes += MINUTES[family]
+        rows.append(f"{state:24} {family:12} {config.key}")
+    print("\n".join(rows))
+    n_done = sum(r.startswith("done") for r in rows)
+    print(f"\n{n_done} of {len(rows)} done; the rest is about {todo_minutes / 60:.0f} CPU hours "
+          f"({todo_minutes / 60 / 2:.0f} h on two lanes; MINUTES per model)")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("plan", help="the queue, in order")
+    s = sub.add_parser("start", help="start the lanes in the background")
+    s.add_argument("work", type=Path)
+    s.add_argument("lanes", type=int, nargs="?", default=2)
+    for name in ("status", "lane"):
+        sub.add_parser(name).add_argument("work", type=Path)
+    args = p.parse_args(argv)
+    if args.command == "plan":
+        for family, config in queue():
+            print(f"{family:12} {config.key}")
+    elif args.command == "start":
+        if args.lanes < 1:
+            raise SystemExit("lanes must be >= 1")
+        start(args.work.resolve(), args.lanes)
+    elif args.command == "status":
+        status(args.work.resolve())
+    else:
+        run_lane(args.work.resolve())
+
+
+if __name__ == "__main__":
+    main()

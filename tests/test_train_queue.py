@@ -1,0 +1,108 @@
+"""scripts/train_queue.py, issue 23's compute plan as one queue that several lanes share: the
+queue holds every cpu model of Chapters 6-9 once, by its chapter's converged recipe, one seed of
+every configuration first; the child command a lane runs builds exactly the queued config; a
+claim is exclusive, and the claims of lanes that no longer run are cleared."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from nmst_lib.__main__ import _set_overrides
+from nmst_lib.experiments import get_family
+from nmst_lib.experiments.config import (
+    CPU_RECIPES,
+    GPT2_CONVERGED_CPU_RECIPE,
+    config_hash,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tq():
+    spec = importlib.util.spec_from_file_location("train_queue", ROOT / "scripts" / "train_queue.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def plan(tq):
+    return tq.queue()
+
+
+def test_the_queue_holds_every_cpu_model_once_by_its_chapters_converged_recipe(tq, plan):
+    assert tq.RECIPES == {"wikitext2": CPU_RECIPES["converged"], "gpt2": GPT2_CONVERGED_CPU_RECIPE,
+                          "sparse": CPU_RECIPES["converged-eps-ppl"],
+                          "temperature": CPU_RECIPES["converged-unigram-hold"]}
+    # once per family: Chapter 8's softmax model is Chapter 6's LSTM VA seed 0 (same key and training
+    # hash), evaluated by Chapter 8's suite into its own result file
+    keys = Counter((f, c.key) for f, c in plan)
+    assert max(keys.values()) == 1, [k for k, n in keys.items() if n > 1]
+    for name, recipe in tq.RECIPES.items():
+        suite = get_family(name).configs("cpu", **recipe)
+        assert {c.key for f, c in plan if f == name} == {c.key for c in suite}, name
+        # by the recipe: every model on the converged vocabulary and stopping rule
+        for c in suite:
+            t = get_family(name).training_config(c)
+            assert t.training.min_improvement == 0.005 and t.data.drop_unk, c.key
+
+
+def test_one_seed_of_every_configuration_comes_first_chapter_7_leading(tq, plan):
+    seeds = [get_family(f).training_config(c).seed for f, c in plan]
+    first_later = seeds.index(next(s for s in seeds if s != 0))
+    assert all(s == 0 for s in seeds[:first_later]) and all(s != 0 for s in seeds[first_later:])
+    assert [f for f, _ in plan[:7]] == ["gpt2"] * 7
+    # Chapter 9's parameter-matched VA (fast) before its contextual-temperature models
+    ch9 = [c for f, c in plan if f == "temperature"]
+    assert get_family("temperature").training_config(ch9[0]).model.hidden != 128
+
+
+def test_a_lanes_child_command_builds_exactly_the_queued_config(tq, plan, tmp_path):
+    for family, config in [next((f, c) for f, c in plan if f == name) for name in tq.RECIPES]:
+        command = tq.suite_command(family, config.key, tmp_path)
+        assert command[command.index("--only") + 1] == config.key
+        sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
+        again = get_family(family).configs("cpu", **_set_overrides(sets))
+        match = [c for c in again if config.key in c.key]
+        assert len(match) == 1, (config.key, [c.key for c in match])
+        fam = get_family(family)
+        assert fam.config_hash(match[0]) == fam.config_hash(config)
+        if family in ("wikitext2", "gpt2"):  # a plain ExperimentConfig: the stored hash
+            assert config_hash(match[0]) == config_hash(config)
+
+
+def test_a_claim_is_exclusive_and_a_dead_lanes_claim_is_cleared(tq, tmp_path):
+    assert tq.claim(tmp_path, "model-a")
+    assert not tq.claim(tmp_path, "model-a")  # the other lane sees it taken
+    assert tq.claim(tmp_path, "model-b")
+    # model-b's lane has ended: its pid is a process that has exited
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "claims" / "model-b" / "pid").write_text(str(gone.pid))
+    assert tq.clear_stale_claims(tmp_path) == ["model-b"]
+    assert (tmp_path / "claims" / "model-a").is_dir()  # this process still runs: kept
+    assert int((tmp_path / "claims" / "model-a" / "pid").read_text()) == os.getpid()
+    tq.release(tmp_path, "model-a")
+    assert not any((tmp_path / "claims").iterdir())
+
+
+def test_a_model_with_a_current_result_is_done_wherever_it_is_stored(tq, plan, tmp_path):
+    family, config = next((f, c) for f, c in plan if f == "wikitext2")
+    published = tq.where_done(family, config, tmp_path)
+    if published is None:
+        pytest.skip("no published result of the first Chapter 6 model")
+    assert published == "published"
+    fam = get_family(family)
+    stored = fam.load(config)  # copy it into WORK/out: found there first
+    target = fam.path(config, tmp_path / "out")
+    target.parent.mkdir(parents=True)
+    target.write_bytes(Path(stored.path).read_bytes())
+    assert tq.where_done(family, config, tmp_path) == "WORK/out"
