@@ -71,7 +71,9 @@ def queue() -> list[tuple[str, object]]:
     def seed(name, config) -> int:
         return get_family(name).training_config(config).seed
 
-    first = [(name, c) for name in ("gpt2", "sparse") for c in suites[name] if seed(name, c) == 0]
+    # Chapter 7's ST and NMST model of each eps one after the other, so that its pairs land together
+    gpt2 = sorted((c for c in suites["gpt2"] if c.seed == 0), key=lambda c: (c.eps or 0.0, c.head != "st"))
+    first = [("gpt2", c) for c in gpt2] + [("sparse", c) for c in suites["sparse"] if seed("sparse", c) == 0]
     temperature = [c for c in suites["temperature"] if seed("temperature", c) == 0]
     # the parameter-matched VA (a Chapter 6 LSTM, fast) before the contextual-temperature models
     temperature.sort(key=lambda c: get_family("temperature").training_config(c).model.hidden == 128)

@@ -60,6 +60,9 @@ def test_one_seed_of_every_configuration_comes_first_chapter_7_leading(tq, plan)
     first_later = seeds.index(next(s for s in seeds if s != 0))
     assert all(s == 0 for s in seeds[:first_later]) and all(s != 0 for s in seeds[first_later:])
     assert [f for f, _ in plan[:7]] == ["gpt2"] * 7
+    # VA, then ST and NMST of each eps side by side (the pairs Table 2 compares land together)
+    assert [(c.head, c.eps) for _, c in plan[1:7]] == [(h, e) for e in sorted({c.eps for _, c in plan[1:7]})
+                                                        for h in ("st", "nmst")]
     # Chapter 9's parameter-matched VA (fast) before its contextual-temperature models
     ch9 = [c for f, c in plan if f == "temperature"]
     assert get_family("temperature").training_config(ch9[0]).model.hidden != 128
