@@ -124,7 +124,7 @@ def main(argv=None) -> str:
                         f"(default {BEFORE_REV['wikitext2']} for wikitext2, HEAD for the others)")
     args = parser.parse_args(argv)
     family = args.family
-    after = args.after or (ROOT / (store(family) if family == "wikitext2" else f"pending_results/{family}"))
+    after = (args.after or (ROOT / (store(family) if family == "wikitext2" else f"pending_results/{family}"))).resolve()
     rev = args.before or BEFORE_REV.get(family, "HEAD")
     shown = after.relative_to(ROOT) if after.resolve().is_relative_to(ROOT) else after.name
     before_runs = [r for r in from_git(rev, family) if not converged_recipe(r)]

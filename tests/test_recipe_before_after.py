@@ -50,3 +50,12 @@ def test_every_converged_run_gets_a_row_with_its_own_numbers(family, capsys):
         assert f"{run['decoding']['greedy']['rnt'][-1]:.3f}" in row
         value, _ = rba.score(run)
         assert f"{value:,.1f}" in row or f"{value:,.4f}" in row
+
+
+def test_the_after_folder_may_be_given_relative_to_the_working_folder(monkeypatch, tmp_path):
+    """A relative AFTER folder (as typed from the repository root) is read and named as typed."""
+    folder = tmp_path / "after" / "gpt2"
+    folder.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    text = rba.main(["--family", "gpt2", "after/gpt2"])
+    assert text.startswith("Before: `cpu` gpt2 results at HEAD") and "(gpt2)" in text.splitlines()[0]
