@@ -179,11 +179,12 @@ def start(work: Path, lanes: int) -> None:
     if "NMST_DATA_DIR" not in env and (ROOT.parent / "shared" / "data").is_dir():
         env["NMST_DATA_DIR"] = str(ROOT.parent / "shared" / "data")
     for i in range(lanes):
-        log = open(work / "logs" / f"lane{i + 1}.log", "a")
+        log_path = work / "logs" / f"lane{i + 1}-{time.strftime('%Y%m%d-%H%M%S')}.log"  # a new log per start
+        log = open(log_path, "a")
         proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(tree / "scripts" / "train_queue.py"),
                                  "lane", str(work)], cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        print(f"[start] lane {i + 1}: pid {proc.pid}, log {work / 'logs' / f'lane{i + 1}.log'}")
+        print(f"[start] lane {i + 1}: pid {proc.pid}, log {log_path}")
         time.sleep(5)  # let it claim before the next lane looks
 
 
