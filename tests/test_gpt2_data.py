@@ -250,6 +250,23 @@ def test_tokenizer_vocabulary_display_marks_a_split_multibyte_character(gpt2_tok
     assert vocab.display(gpt2_tokenizer("戦")["input_ids"]) == ["戦"]  # a whole character in one token
 
 
+@needs_real_tokenizer
+def test_tokenizer_vocabulary_texts_keep_a_character_split_between_two_pieces_whole(gpt2_tokenizer):
+    """A context that ends inside a character and the continuation that completes it (what a
+    stored example of Chapter 7 is): decoded together, the character is whole and belongs to the
+    continuation; only bytes missing at the stream's ends are replaced."""
+    vocab = D.TokenizerVocabulary(gpt2_tokenizer)
+    ids = gpt2_tokenizer(" The 場 is here")["input_ids"]
+    cut = next(k for k in range(1, len(ids)) if "\ufffd" in "".join(vocab.display(ids[k - 1:k])))  # 場's 1st
+    context, continuation = vocab.texts(ids[:cut], ids[cut:])
+    assert context + continuation == " The 場 is here" and "場" in continuation
+    assert "\ufffd" not in context + continuation
+    assert "".join(vocab.display(ids[cut:])).startswith("\ufffd")  # the per-token text could not
+    assert vocab.texts(ids) == [" The 場 is here"]
+    assert vocab.texts(ids[:cut + 1])[0].endswith("\ufffd")  # a character cut at the stream's end
+    assert vocab.texts(torch.tensor([262, -1]), torch.tensor([50256])) == [" the", "<|endoftext|>"]
+
+
 def test_tokenizer_vocabulary_fingerprint_hashes_the_real_vocabulary(tmp_path, tiny_bpe_tokenizer):
     from transformers import GPT2Tokenizer
 

@@ -13,6 +13,7 @@ text.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -202,6 +203,26 @@ class TokenizerVocabulary:
         split across tokens. For pages, traces and tables of Chapter 7
         (07_gpt2); HTML-escape before use."""
         return [_readable(token) for token in self.decode(ids)]
+
+    def texts(self, *id_lists) -> list[str]:
+        """Readable text of consecutive pieces of one token stream (e.g. a context and its
+        continuation), one string per piece, their bytes decoded as UTF-8 *together*: a
+        character whose bytes two tokens share is whole, and goes to the piece that completes
+        it. (Joining :meth:`display` shows such a character as two ``'\\ufffd'``.) Only bytes
+        missing at the stream's ends show as ``'\\ufffd'``. Chapter 7's stored examples."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        out = []
+        for k, ids in enumerate(id_lists):
+            raw = b"".join(_token_bytes(token) for token in self.decode(ids))
+            out.append(decoder.decode(raw, final=k == len(id_lists) - 1))
+        return out
+
+
+def _token_bytes(token: str) -> bytes:
+    """The bytes a byte-level token stands for; a special token (``<|endoftext|>``) as its text."""
+    if token and all(ch in _BYTE_DECODER for ch in token):
+        return bytes(_BYTE_DECODER[ch] for ch in token)
+    return token.encode("utf-8")
 
 
 def _readable(token: str) -> str:

@@ -117,8 +117,12 @@ def _examples(vocab, contexts: torch.Tensor, g, first_index: int, count: int, ex
     out = []
     for i in range(min(count, contexts.shape[0])):
         n = int(g.lengths[i])
-        out.append({"index": first_index + i, "context": _display_text(vocab, contexts[i]),
-                    "continuation": _display_text(vocab, g.tokens[i, :min(n, example_tokens)]),
+        shown = g.tokens[i, :min(n, example_tokens)]
+        if callable(getattr(vocab, "texts", None)):  # GPT-2 BPE: a character split across the two stays whole
+            context, continuation = vocab.texts(contexts[i], shown)
+        else:
+            context, continuation = _display_text(vocab, contexts[i]), _display_text(vocab, shown)
+        out.append({"index": first_index + i, "context": context, "continuation": continuation,
                     "length": n, "terminated": bool(g.terminated[i])})
     return out
 
