@@ -126,7 +126,7 @@ def main(argv=None) -> str:
     family = args.family
     after = (args.after or (ROOT / (store(family) if family == "wikitext2" else f"pending_results/{family}"))).resolve()
     rev = args.before or BEFORE_REV.get(family, "HEAD")
-    shown = after.relative_to(ROOT) if after.resolve().is_relative_to(ROOT) else after.name
+    shown = after.relative_to(ROOT) if after.is_relative_to(ROOT) else after.name
     before_runs = [r for r in from_git(rev, family) if not converged_recipe(r)]
     after_runs = [r for r in from_folder(after) if converged_recipe(r)]
     text = (f"Before: `cpu` {family} results at {rev} (first editions' recipe). "

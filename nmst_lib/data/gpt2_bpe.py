@@ -228,10 +228,7 @@ def _token_bytes(token: str) -> bytes:
 def _readable(token: str) -> str:
     """One byte-level token as text; special tokens such as
     ``<|endoftext|>`` are stored as plain text and come back as they are."""
-    if token and all(ch in _BYTE_DECODER for ch in token):
-        raw = bytes(_BYTE_DECODER[ch] for ch in token)
-        return raw.decode("utf-8", errors="replace")
-    return token
+    return _token_bytes(token).decode("utf-8", errors="replace")
 
 
 # --------------------------------------------------------------------------
