@@ -128,7 +128,7 @@ def main(argv=None):
     for name in ("top-2", "nucleus-0.2", "nucleus-0.4"):
         method, kw = DECODERS[name]
         timings = {}
-        for label, chooser in (("baseline", lambda m, k, p, e, g: baseline_chooser(m, k, p, e, g)), ("prefilter", original)):
+        for label, chooser in (("baseline", lambda m, k, p, e, g, *_: baseline_chooser(m, k, p, e, g)), ("prefilter", original)):
             D._token_chooser = chooser
             try:
                 start = time.perf_counter()

@@ -11,7 +11,7 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from nmst_lib.heads import _nmst_rule, _st_rule
+from nmst_lib.heads.eos_rules import _nmst_rule, _st_rule
 
 
 def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tensor, log_keep: torch.Tensor,

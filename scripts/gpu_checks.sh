@@ -13,7 +13,8 @@
 # OUT receives log.txt, the JUnit reports and bench-<name>.json. SECONDS (default 480) is the
 # whole budget: each stage runs under `timeout` with what is left, so that a slow stage cannot
 # take the report of the others with it. PYTHON (default python3) is the interpreter that has torch;
-# the library is imported from this checkout (PYTHONPATH), nothing is installed.
+# the library is imported from this checkout (PYTHONPATH), nothing is installed. ONLY (a grep -E
+# pattern) runs only the stages whose names match it, e.g. ONLY='cuda tests|bench heads'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu_checks.sh OUT [SECONDS]}
@@ -25,6 +26,7 @@ started=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - started) )); }
 stage() {  # stage NAME SECONDS COMMAND...: run with at most SECONDS (and what is left), log rc and time
   local name=$1 cap=$2; shift 2
+  if [ -n "${ONLY:-}" ] && ! grep -qE "$ONLY" <<<"$name"; then echo "[gpu] $name: not asked for (ONLY)"; return; fi
   local limit; limit=$(left)
   (( cap < limit )) && limit=$cap
   if (( limit < 10 )); then echo "[gpu] $name: not run (budget spent)"; return; fi
