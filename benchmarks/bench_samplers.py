@@ -90,8 +90,12 @@ def main(argv=None):
     parser.add_argument("--decode-len", type=int, default=200)
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for checking that the script runs")
-    parser.add_argument("--output", type=pathlib.Path, default=RESULTS)
+    parser.add_argument("--output", type=pathlib.Path, default=None,
+                        help=f"where the JSON goes (default {RESULTS.relative_to(RESULTS.parents[2])}; "
+                             "a --quick run writes only where --output names)")
     args = parser.parse_args(argv)
+    if args.output is None and not args.quick:
+        args.output = RESULTS
     vocab_sizes = (5_001, 33_278)
     if args.quick:
         args.rows, args.reps, args.decode_contexts, args.decode_len, vocab_sizes = 8, 3, 8, 20, (2_000,)
@@ -159,7 +163,7 @@ def main(argv=None):
         "end_to_end": end_to_end,
         "quick": args.quick,
     }
-    if not args.quick:
+    if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.output.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(result, indent=2) + "\n")
