@@ -143,6 +143,20 @@ def test_continuations_show_only_contexts_where_va_does_not_stop_side_by_side():
         G.gpt2_continuation_rows([va], max_contexts=0)
 
 
+def test_a_finished_continuation_is_shown_without_the_eos_token_text():
+    ctx = [" A", " B"]
+    va = _record("va", greedy=_decoding([3, 1000], [True, False], contexts=ctx,
+                                         continuations=[" x.<|endoftext|>", " loop <|endoftext|> loop"]))
+    st = _record("st", 5e-4, greedy=_decoding([1, 5], [True, True], contexts=ctx,
+                                               continuations=["<|endoftext|>", " y y y y<|endoftext|>"]))
+    rows = G.gpt2_continuation_rows([va, st], only_va_nonterminating=False)
+    text = {(r["example"], r["model"]): r["continuation"] for r in rows}
+    assert text[(0, "VA")] == " x." and text[(0, "ST (eps=5e-04)")] == ""
+    assert text[(1, "ST (eps=5e-04)")] == " y y y y"
+    # an unfinished continuation is left as generated: the text is the model's, mid-line eos text included
+    assert text[(1, "VA")] == " loop <|endoftext|> loop"
+
+
 def test_welleck_table4_is_va_against_st_at_its_eps_in_percent_at_L500():
     va = _record("va", val_ppl=20, greedy=_decoding([400, 501, 1000, 500], [True, True, False, True]))
     st = _record("st", G.WELLECK_EPS, val_ppl=21, greedy=_decoding([400, 30, 20, 10], [True] * 4))

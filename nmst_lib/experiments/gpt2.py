@@ -93,6 +93,7 @@ WELLECK_L = 500
 TABLE4_DECODERS = ("top-2", "top-4", "nucleus-0.2", "nucleus-0.4", "beam-2", "beam-4")
 """The decoders of Choi, Cho, Lee (2023) Table 4 (GPT-2 under top-k, nucleus and beam search)."""
 EXAMPLE_TOKENS = 60
+_EOS_TEXT = "<|endoftext|>"  # GPT-2's eos as a stored continuation spells it (TokenizerVocabulary.texts)
 """Continuations stored as examples are cut to this many tokens (the default ``example_tokens`` of
 :func:`nmst_lib.experiments.runs.decode_at_scale`); ``length`` is the full length."""
 _EVERY_DECODER = ("greedy", "ancestral", "top-2", "top-4", "nucleus-0.2", "nucleus-0.4", "beam-2", "beam-4")
@@ -339,8 +340,10 @@ def gpt2_continuation_rows(results, *, eps: float | None = None, decoder: str = 
     subset, the same for every model); with ``only_va_nonterminating`` only those where VA did
     not stop within L (the paper's choice), at most ``max_contexts`` of them (None: all). One row
     per context and model: ``example`` (the context's index), ``context``, ``model``,
-    ``continuation`` (the first :data:`EXAMPLE_TOKENS` tokens), ``length`` (full length in
-    tokens, eos included when it stopped), ``terminated``, ``truncated`` (the text is cut)."""
+    ``continuation`` (the first :data:`EXAMPLE_TOKENS` tokens, without the ``<|endoftext|>`` that
+    ends a finished one: ``terminated`` says it stopped, and a page shows words, not the model's
+    special tokens), ``length`` (full length in tokens, eos included when it stopped),
+    ``terminated``, ``truncated`` (the text is cut)."""
     if max_contexts is not None and (isinstance(max_contexts, bool) or not isinstance(max_contexts, int)
                                      or max_contexts < 1):
         raise ValueError(f"max_contexts must be a positive integer or None, got {max_contexts!r}")
@@ -369,8 +372,11 @@ def gpt2_continuation_rows(results, *, eps: float | None = None, decoder: str = 
     for i in picks:
         for label, _, examples in chosen:
             ex = examples[i]
+            text = ex["continuation"]
+            if ex["terminated"] and text.endswith(_EOS_TEXT):
+                text = text[: -len(_EOS_TEXT)]
             rows.append({"example": ex["index"], "context": ex["context"], "model": label,
-                         "continuation": ex["continuation"], "length": ex["length"],
+                         "continuation": text, "length": ex["length"],
                          "terminated": ex["terminated"], "truncated": ex["length"] > EXAMPLE_TOKENS})
     return rows
 
