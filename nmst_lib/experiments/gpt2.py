@@ -93,9 +93,9 @@ WELLECK_L = 500
 TABLE4_DECODERS = ("top-2", "top-4", "nucleus-0.2", "nucleus-0.4", "beam-2", "beam-4")
 """The decoders of Choi, Cho, Lee (2023) Table 4 (GPT-2 under top-k, nucleus and beam search)."""
 EXAMPLE_TOKENS = 60
-_EOS_TEXT = "<|endoftext|>"  # GPT-2's eos as a stored continuation spells it (TokenizerVocabulary.texts)
 """Continuations stored as examples are cut to this many tokens (the default ``example_tokens`` of
 :func:`nmst_lib.experiments.runs.decode_at_scale`); ``length`` is the full length."""
+_EOS_TEXT = "<|endoftext|>"  # GPT-2's eos as a stored continuation spells it (TokenizerVocabulary.texts)
 _EVERY_DECODER = ("greedy", "ancestral", "top-2", "top-4", "nucleus-0.2", "nucleus-0.4", "beam-2", "beam-4")
 _VA_CONSISTENT = ("consistent-top-2", "consistent-nucleus-0.2")
 
