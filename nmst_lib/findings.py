@@ -220,10 +220,15 @@ RECIPE_FIELDS = {
     "hidden": "hidden size", "layers": "layers", "dropout": "dropout", "lr": "learning rate",
     "betas": "AdamW betas", "weight_decay": "weight decay", "lr_schedule": "learning-rate schedule",
     "lr_decay": "lr decay factor (plateau schedule)",
+    "min_improvement": "plateau threshold (relative gain)",
+    "start_below_unigram": "plateau rule held until below this share of the unigram perplexity",
+    "select_on": "epochs compared by (None: the validation loss)",
     "patience": "early-stopping patience (epochs)", "max_epochs": "max. epochs",
     "max_steps": "max. steps", "batch_size": "batch size (sequences)",
     "max_batch_tokens": "batch size (tokens)", "grad_accum": "gradient accumulation",
     "clip": "gradient clip", "vocab_cap": "vocabulary cap (None: every word)",
+    "vocab_kind": "vocabulary kind", "drop_unk": "WikiText's <unk> markers deleted",
+    "max_train_tokens": "training tokens (None: all)",
     "decode_max_len": "decoding limit L", "num_decode_contexts": "decoded contexts (None: all)",
 }
 
@@ -425,7 +430,10 @@ class Findings:
         raise KeyError(f"no finding {claim_id!r} on this page; judged: {[f.claim.id for f in self.items]}")
 
     def line(self, *claim_ids: str) -> str:
-        """The verdicts of some findings in one sentence, for the prose of their section."""
+        """The verdicts of some findings in one sentence, for the prose of their section
+        (at least one claim id; ``ValueError`` otherwise)."""
+        if not claim_ids:
+            raise ValueError("line needs the id of at least one judged finding, got none")
         return "; ".join(f"{self[i].claim.statement}: *{self[i].verdict}* ({self[i].sizes()})"
                          for i in claim_ids) + "."
 

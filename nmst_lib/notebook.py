@@ -25,6 +25,7 @@ from .plots import COLORS, use_book_style
 
 __all__ = [
     "COLORS",
+    "markdown_text",
     "pick_device",
     "say",
     "say_findings",
@@ -106,9 +107,18 @@ def say(name: str, text) -> None:
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"name must be a glue key like 'ch6_gap' (letters, digits, _), got {name!r}")
+    _glue(name, markdown_text(text))
+
+
+def markdown_text(text):
+    """``IPython.display.Markdown`` holding ``text`` itself. ``Markdown(text)`` reads a file
+    instead when ``text`` names one that exists ("." or a word that is also a folder's name), so
+    the text is set after construction."""
     from IPython.display import Markdown
 
-    _glue(name, Markdown(str(text)))
+    shown = Markdown("")
+    shown.data = str(text)
+    return shown
 
 
 def say_findings(findings, prefix: str) -> dict:

@@ -42,7 +42,8 @@
 # select_on): with the same CHECKPOINT_DIR it is evaluated, not trained again.
 #
 # Chapter 7's GPT-2 models (FAMILY=gpt2, 7 models) have no vocabulary to choose (GPT-2's own BPE) and
-# their own recipe, measured on the VA model (pending_results/measuring/): the first editions' 150k
+# their own recipe, the GPT-2 cpu profile's since Chapter 7 switched (GPT2_CONVERGED_CPU_RECIPE, so for
+# them too the overrides change nothing), measured on the VA model (pending_results/measuring/): the first editions' 150k
 # training tokens ran out at epoch 3 (validation perplexity rose from epoch 4, best 458.3), so the
 # whole substitute training split (max_train_tokens=null, 405,458 tokens); WikiText's <unk> markers
 # deleted before detokenising (drop_unk=true; with them kept every greedy continuation was a loop of

@@ -226,4 +226,5 @@ def test_a_hidden_size_other_than_the_profiles_is_in_the_key():
     assert make_config("cpu", "lstm", "va", hidden=162).key == "cpu-lstm-va-h162-bpe4k-nounk-seed0"
     assert make_config("paper", "rnn", "va").key == "paper-rnn-va-seed0"  # 256 is paper's RNN size
     assert make_config("paper", "lstm", "va", hidden=256).key == "paper-lstm-va-h256-seed0"
-    assert make_config("cpu", "gpt2", "va").key == "cpu-gpt2-va-seed0"
+    assert make_config("cpu", "gpt2", "va").key == "cpu-gpt2-va-nounk-seed0"  # the converged recipe drops <unk>
+    assert make_config("quick", "gpt2", "va").key == "quick-gpt2-va-seed0"

@@ -331,12 +331,32 @@ def test_the_recipe_table_names_every_deviation_and_only_those():
     assert "max. steps" not in {r["hyper-parameter"] for r in rows}  # None in both: left out
 
 
+def test_the_recipe_table_names_the_vocabulary_and_the_stopping_rule():
+    """The fields issue 23's recipes changed are rows of every chapter's recipe table: the
+    vocabulary's kind, WikiText's <unk> markers, the plateau threshold, the unigram hold and what
+    the epochs are compared by (each left out where None in both)."""
+    from nmst_lib.findings import recipe_rows
+
+    ours = {"vocab_kind": "bpe", "vocab_cap": 4000, "drop_unk": True, "min_improvement": 0.005,
+            "start_below_unigram": 0.9, "select_on": None}
+    paper = {"vocab_kind": "word", "vocab_cap": None, "drop_unk": False, "min_improvement": 0.0,
+             "start_below_unigram": None, "select_on": None}
+    rows = {r["hyper-parameter"]: r for r in recipe_rows(ours, paper)}
+    assert rows["vocabulary kind"]["ours"] == "bpe" and rows["vocabulary kind"]["deviation"] == "differs"
+    assert rows["WikiText's <unk> markers deleted"]["paper"] == "False"
+    assert rows["plateau threshold (relative gain)"]["ours"] == "0.005"
+    assert rows["plateau rule held until below this share of the unigram perplexity"]["paper"] == "None"
+    assert "epochs compared by (None: the validation loss)" not in rows
+
+
 def test_a_section_quotes_its_verdicts_by_claim_id():
     f = Findings("ch6")
     f.judge(Claim("a", "P", "T1", "a holds", quantity="a − b"), -2.0, floor=Band.floor(1.0, "t"))
     assert f.line("a") == "a holds: *reproduces* (a − b = -2.00; noise band ±1.00 (t))."
     with pytest.raises(KeyError, match="no finding 'b'"):
         f.line("b")
+    with pytest.raises(ValueError, match="at least one"):
+        f.line()
 
 
 def test_the_binomial_band_names_what_was_counted():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from chapter_run import POINT_AT, glue_names, glued, markdown_outputs
 from nbclient import NotebookClient
 
 from nmst_lib.experiments import (
@@ -29,58 +30,6 @@ from nmst_lib.experiments import (
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters" / "06_wikitext.ipynb"
-
-# Run first in the chapter's kernel: the published results are the copied part, and this
-# checkout's nmst_lib is the one imported.
-POINT_AT = """\
-import pathlib
-import nmst_lib
-import nmst_lib.experiments.results as _results
-
-assert pathlib.Path(nmst_lib.__file__).is_relative_to({root!r}), nmst_lib.__file__
-_results.published_results_dir = lambda: pathlib.Path({published!r})
-"""
-
-
-def glue_names(nb) -> set[str]:
-    """Every glue key the chapter's markdown uses (roles and directives)."""
-    names = set()
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            names |= {
-                m.split(":")[0]
-                for m in re.findall(r"\{glue(?::\w+)?\}`([^`]+)`", cell.source)
-            }
-            names |= set(
-                re.findall(r"\{glue(?::\w+)?\}[ \t]+(\S+)", cell.source)
-            )
-    return names
-
-
-def glued(nb) -> dict[str, str]:
-    """The values myst-nb's glue stored in the executed cells, by key (Markdown text)."""
-    out = {}
-    for cell in nb.cells:
-        for o in cell.get("outputs", []):
-            meta = o.get("metadata", {}).get("scrapbook")
-            if meta:
-                data = o.get("data", {})
-                prefix = meta.get("mime_prefix", "")
-                out[meta["name"]] = data.get(
-                    prefix + "text/markdown",
-                    data.get(prefix + "text/plain", ""),
-                )
-    return out
-
-
-def markdown_outputs(nb) -> list[str]:
-    return [
-        o["data"]["text/markdown"]
-        for c in nb.cells
-        for o in c.get("outputs", [])
-        if "text/markdown" in o.get("data", {})
-    ]
-
 
 def partial_part() -> tuple[list, list]:
     """Which published ``cpu`` results to keep and which to leave out: every result of one

@@ -18,7 +18,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from nmst_lib import plots  # noqa: E402
-from nmst_lib.notebook import COLORS, setup_notebook  # noqa: E402
+from nmst_lib.notebook import COLORS, markdown_text, setup_notebook  # noqa: E402
 
 SHAPES = sorted(plots.EOS_SHAPES)
 
@@ -333,3 +333,13 @@ def test_eos_explorer_alt_text_names_only_the_layers_it_draws():
     assert "VA and ST output layers" in alt and "NMST" not in alt
     full = plots.eos_explorer_html(eps_values=(1e-3,), amplitudes=(0.2,), shapes=("one_stop",), t_max=100, dpi=20).data
     assert "VA, ST and NMST output layers" in re.search(r'alt="([^"]*)"', full).group(1)
+
+
+def test_glued_text_is_the_text_even_when_it_names_a_file(tmp_path, monkeypatch):
+    """say() glues markdown_text(text): a text such as "." or the name of a file in the working
+    folder is shown as written, not read from disk (IPython's Markdown would read the file)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes").write_text("the file's content")
+    for text in (".", "notes", "plain words", 3.5):
+        assert markdown_text(text).data == str(text)
+        assert markdown_text(text)._repr_markdown_() == str(text)

@@ -180,8 +180,9 @@ def test_drop_unk_is_in_the_key_left_out_of_old_hashes_and_checked():
     assert (plain.key, dropped.key) == ("cpu-lstm-va-bpe4k-seed0", "cpu-lstm-va-bpe4k-nounk-seed0")
     with pytest.raises(TypeError, match="drop_unk must be True or False"):
         plain.replace(drop_unk="yes")
-    gpt2 = make_config("cpu", "gpt2", "va").replace(drop_unk=True)  # GPT-2's local text has the markers too
-    assert gpt2.key == "cpu-gpt2-va-nounk-seed0" and "drop_unk" not in make_config("cpu", "gpt2", "va").to_dict()
+    gpt2 = make_config("quick", "gpt2", "va").replace(drop_unk=True)  # GPT-2's local text has the markers too
+    assert gpt2.key == "quick-gpt2-va-nounk-seed0" and "drop_unk" not in make_config("quick", "gpt2", "va").to_dict()
+    assert make_config("cpu", "gpt2", "va").to_dict()["drop_unk"] is True  # Chapter 7's converged recipe
 
 
 def test_prepare_data_with_drop_unk_trains_and_scores_text_without_the_marker():

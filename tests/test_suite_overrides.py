@@ -153,3 +153,17 @@ def test_the_scripts_gpt2_recipe_is_chapter_7s_converged_recipe_and_keeps_every_
     tuned = get_family("gpt2").configs("cpu", **GPT2_CONVERGED_CPU_RECIPE)
     assert [(c.head, c.eps, c.seed) for c in tuned] == [(c.head, c.eps, c.seed) for c in plain]
     assert all(c.key.endswith("-nounk-seed0") and c.data.max_train_tokens is None for c in tuned)
+
+
+def test_the_gpt2_cpu_profile_is_the_converged_gpt2_recipe():
+    """Chapter 7 switched: the cpu profile's GPT-2 defaults are GPT2_CONVERGED_CPU_RECIPE, so the
+    suite with the recipe set again is the same suite, hash for hash (the stored results stay
+    current), and converge_cpu.sh's overrides change nothing."""
+    from nmst_lib.experiments.config import config_hash
+
+    plain = get_family("gpt2").configs("cpu")
+    again = get_family("gpt2").configs("cpu", **GPT2_CONVERGED_CPU_RECIPE)
+    assert [config_hash(c) for c in again] == [config_hash(c) for c in plain]
+    for c in plain:
+        assert (c.data.max_train_tokens, c.data.drop_unk) == (None, True)
+        assert (c.training.max_epochs, c.training.patience, c.training.min_improvement) == (30, 2, 0.005)

@@ -720,10 +720,10 @@ runs."""
 
 GPT2_CONVERGED_CPU_RECIPE = dict(max_train_tokens=None, drop_unk=True, max_epochs=30, patience=2,
                                  min_improvement=0.005)
-"""Chapter 7's converged recipe for the ``cpu`` GPT-2 (07_gpt2), trained by
-``FAMILY=gpt2 scripts/converge_cpu.sh`` and adopted into the profile's defaults when one seed of
-every GPT-2 model is in: the whole substitute training split (405,458 GPT-2 tokens; the first
-editions' 150,000 ran out at epoch 3, after which validation perplexity rose:
+"""Chapter 7's converged recipe for the ``cpu`` GPT-2 (07_gpt2), the ``cpu`` profile's own
+(``_GPT2_PROFILE_DEFAULTS``) since one seed of every GPT-2 model was trained by it
+(``FAMILY=gpt2 scripts/converge_cpu.sh``): the whole substitute training split (405,458 GPT-2
+tokens; the first editions' 150,000 ran out at epoch 3, after which validation perplexity rose:
 pending_results/measuring/gpt2-150k-unk-kept/), WikiText's ``<unk>`` markers deleted before
 detokenising (:func:`nmst_lib.data.load_wikitext_raw`; with them kept every greedy continuation was
 a loop of ``<unk>``), the same 0.5 % rule with patience 2 as the RNN/LSTM recipe, and at most 30
@@ -801,9 +801,9 @@ _GPT2_PROFILE_DEFAULTS = {
                   batch_size=64, max_batch_tokens=512, decode_max_len=40, num_decode_contexts=16, num_eos_lines=2,
                   decode_batch_size=64),
     # cpu: the website's GPT-2 -- NOT pretrained GPT-2: a 2 x 128 GPT-2 trained from scratch on the offline text.
-    "cpu": dict(vocab_cap=None, max_train_tokens=150_000, max_eval_tokens=None, hidden=128, layers=2, attn_heads=4,
+    "cpu": dict(vocab_cap=None, max_eval_tokens=None, hidden=128, layers=2, attn_heads=4,
                 dropout=0.1, lr=1e-3, lr_schedule="linear", betas=(0.9, 0.99), weight_decay=0.01,
-                no_decay_bias_norm=True, clip=1.0, batch_size=64, max_batch_tokens=2048, max_epochs=2, patience=1,
+                no_decay_bias_norm=True, clip=1.0, batch_size=64, max_batch_tokens=2048, **GPT2_CONVERGED_CPU_RECIPE,
                 decode_max_len=1000, decode_max_len_nongreedy=None, num_decode_contexts=128,
                 num_decode_contexts_nongreedy=64, decode_batch_size=128, num_eos_lines=12),
     # paper: Choi, Cho, Lee (2023) Sec. 4.2 and App. D: pretrained GPT-2 (124M) fine-tuned on WikiText-103.
@@ -908,9 +908,11 @@ def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", ep
     * ``cpu`` (the website; **not pretrained GPT-2**: trained from scratch on the offline text):
       2 layers, n_embd 128, 4 heads, dropout 0.1; AdamW lr 1e-3 with linear decay, betas
       (0.9, 0.99), weight decay 0.01 except biases and LayerNorm, clip 1.0; batches of <= 64
-      sequences and 2,048 tokens; ~150k training BPE tokens, 2 epochs, patience 1; eps in
+      sequences and 2,048 tokens; :data:`GPT2_CONVERGED_CPU_RECIPE`: the whole substitute
+      training split (405,458 BPE tokens) with WikiText's ``<unk>`` markers deleted, the 0.5 %
+      plateau rule with patience 2, at most 30 epochs (the linear decay spread over them); eps in
       :data:`GPT2_CPU_EPS`; greedy on 128 validation contexts (the other decoders on 64) to
-      L = 1000 (the paper's L). Budget: about 5 minutes of training per model on 2 threads.
+      L = 1000 (the paper's L). Budget: 5-9 epochs of about 5 minutes per model on one core.
     * ``paper``: Choi, Cho, Lee (2023) Sec. 4.2 and App. D: pretrained ``gpt2`` (124M) fine-tuned
       on WikiText-103, dropout 0.1, AdamW lr 5e-5 with linear decay over 500k steps, at most 300k
       steps, betas (0.9, 0.99), weight decay 0.01 except biases and LayerNorm, batches of <= 1,024

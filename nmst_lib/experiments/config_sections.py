@@ -16,7 +16,7 @@ section and attribute.
   Temperature (2020) Sec. 3, eq. 3, 5-7) only; None without a contextual
   temperature and with one softmax.
 
-The checks that involve two sections (e.g. ``drop_unk`` for rnn/lstm only) live
+The checks that involve two sections (e.g. ``select_on`` for entmax heads only) live
 in :func:`nmst_lib.experiments.config.validate_config`, which calls these
 validators.
 """
@@ -79,7 +79,8 @@ class DataOptions:
     most frequent training words + ``<unk>``, None = all; bpe: the number of
     pieces, specials included, required), ``drop_unk`` (delete the data's own
     ``<unk>`` markers from every split before the vocabulary is built:
-    :func:`nmst_lib.data.drop_unk_markers`; rnn/lstm only),
+    :func:`nmst_lib.data.drop_unk_markers`; for GPT-2, before the text is
+    detokenised),
     ``max_train_tokens`` (training sequences kept in order until this many
     tokens; None = all), ``max_eval_tokens`` (the same for the validation and
     test splits), ``dataset`` (``wikitext-2``, or ``wikitext-103`` for GPT-2

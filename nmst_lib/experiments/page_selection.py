@@ -85,7 +85,7 @@ def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResul
     return (
         f"**This page is showing the {len(shown)} `{profile}` models that are stored**; "
         f"{len(left_out)} of the suite are missing or STALE ({names}). The tables and figures "
-        "leave them out, and a verdict that needs one of them says it cannot be checked."
+        "leave them out, and a finding that needs one of them is listed as *not run*, naming it."
     )
 
 
@@ -121,8 +121,8 @@ def page_results(
     3. Otherwise (``needs`` is None and one is missing, or ``needs`` says no): a ``quick`` run
        made here, with a notice that says why.
 
-    ``needs=None`` asks for the whole suite. Chapter 7 passes "a VA model is stored", Chapter 9
-    "the sigmoid contextual-temperature VA model is stored"."""
+    ``needs=None`` asks for the whole suite. Chapter 7 passes "a VA model and an ST or NMST
+    model are stored", Chapter 9 "the sigmoid contextual-temperature VA model is stored"."""
     fam = _check_args(family, profile, needs)
     chapter = f"ch{int(fam.chapter[:2])}"
     if retrain or profile == "quick":
