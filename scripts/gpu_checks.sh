@@ -10,9 +10,15 @@
 #
 #   scripts/gpu_checks.sh OUT [SECONDS]
 #
-# OUT receives log.txt, the JUnit reports and bench-<name>.json. SECONDS (default 480) is the
-# whole budget: each stage runs under `timeout` with what is left, so that a slow stage cannot
-# take the report of the others with it. PYTHON (default python3) is the interpreter that has torch;
+# OUT receives log.txt, the JUnit reports, paper-estimate.json and bench-<name>.json (12 files).
+# A device tool that brings back only a few files (this project's returns 8) loses the rest
+# without a word, so there write to a scratch folder and pack it:
+#   bash scripts/gpu_checks.sh /tmp/gpu 500; tar czf "$OUT/gpu-checks.tgz" -C /tmp/gpu .
+# The device image may lack packages the tests import (datasets, IPython, nbformat, ipywidgets,
+# entmax): carry them as wheels, or read those failures as missing imports, not GPU faults.
+#
+# SECONDS (default 480) is the whole budget: each stage runs under `timeout` with what is left, so
+# that a slow stage cannot take the report of the others with it. PYTHON (default python3) is the interpreter that has torch;
 # the library is imported from this checkout (PYTHONPATH), nothing is installed. ONLY (a grep -E
 # pattern) runs only the stages whose names match it, e.g. ONLY='cuda tests|bench heads'.
 set -uo pipefail
