@@ -372,9 +372,7 @@ def gpt2_continuation_rows(results, *, eps: float | None = None, decoder: str = 
     for i in picks:
         for label, _, examples in chosen:
             ex = examples[i]
-            text = ex["continuation"]
-            if ex["terminated"] and text.endswith(_EOS_TEXT):
-                text = text[: -len(_EOS_TEXT)]
+            text = ex["continuation"].removesuffix(_EOS_TEXT) if ex["terminated"] else ex["continuation"]
             rows.append({"example": ex["index"], "context": ex["context"], "model": label,
                          "continuation": text, "length": ex["length"],
                          "terminated": ex["terminated"], "truncated": ex["length"] > EXAMPLE_TOKENS})
