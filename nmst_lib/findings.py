@@ -12,7 +12,8 @@ on the notation page (``book/notation.md``, "Reading the experiments"):
 * **within noise**: ``|difference| <= band``. The band comes from the spread over seeds where
   there are at least two seeds on each side (:meth:`Band.from_seeds`), otherwise from a floor
   the page states (:meth:`Band.floor`, e.g. the last epoch's validation change of a model that
-  had not converged, or :meth:`Band.binomial` for a rate measured on ``n`` contexts). One
+  had not converged, :meth:`Band.binomial` for a rate measured on ``n`` contexts, or
+  :meth:`Band.ks` for a distance between length distributions). One
   seed and no floor is refused (:func:`noise_band` raises ``ValueError``).
 * **reproduces** / **does not reproduce**: only outside the band, by the sign of the
   difference against the paper's direction; the sizes (difference and band) are printed.
@@ -119,6 +120,27 @@ class Band:
             var += q * (1.0 - q) / (n + 4.0)
             ns.append(str(n))
         return cls(k * math.sqrt(var), f"{k:g} binomial s.e. (Agresti-Coull) on {' and '.join(ns)} {_text(unit, 'unit')}")
+
+    @classmethod
+    def ks(cls, n_a, n_b, *, c: float = 1.36) -> Band:
+        """The 5 % critical two-sample Kolmogorov-Smirnov distance ``c sqrt(1/n_a + 1/n_b)``.
+
+        Two uses. Whether ``n_a`` lengths differ from ``n_b`` others at all: a KS distance
+        (:func:`nmst_lib.report.ks_distance`) above the band is significant at 5 %. And which of
+        two models, with ``n_a`` and ``n_b`` lengths, is closer to the same data sample ``D``:
+        ``|KS(A, D) - KS(B, D)| <= KS(A, B)`` (the triangle inequality of the sup distance between
+        distribution functions), and for two samples of one distribution ``KS(A, B)`` stays below
+        the band with probability about 95 % (``c = 1.36``, asymptotically; lengths are discrete,
+        which makes it conservative). So a change of KS distance inside the band is not read
+        (Chapters 6 and 7, the length findings).
+        """
+        for n in (n_a, n_b):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+                raise ValueError(f"a KS band needs sample sizes >= 1 (integers), got n_a={n_a!r}, n_b={n_b!r}")
+        c = _real(c, "c")
+        if c <= 0:
+            raise ValueError(f"c must be > 0 (1.36 for 5 %), got {c}")
+        return cls(c * math.sqrt(1 / n_a + 1 / n_b), f"the 5% two-sample KS distance for {n_a:,} + {n_b:,} lengths")
 
 
 class UnknownBandError(ValueError):

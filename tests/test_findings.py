@@ -365,6 +365,51 @@ def test_the_binomial_band_names_what_was_counted():
         Band.binomial(0.5, 10, unit="")
 
 
+
+def test_ks_band_is_the_five_percent_critical_distance_and_refuses_bad_sizes():
+    band = Band.ks(128, 384)
+    assert band.half_width == pytest.approx(1.36 * (1 / 128 + 1 / 384) ** 0.5)
+    assert band.source == "the 5% two-sample KS distance for 128 + 384 lengths"
+    for bad in ((0, 10), (10, -1), (True, 10), (2.5, 10)):
+        with pytest.raises(ValueError, match="sample sizes >= 1"):
+            Band.ks(*bad)
+    with pytest.raises(ValueError, match="c must be > 0"):
+        Band.ks(10, 10, c=0.0)
+
+
+@given(st.lists(st.integers(1, 60), min_size=1, max_size=40),
+       st.lists(st.integers(1, 60), min_size=1, max_size=40),
+       st.lists(st.integers(1, 60), min_size=1, max_size=40),
+       st.integers(0, 5))
+def test_ks_distances_to_one_sample_differ_by_at_most_the_distance_between_the_models(a, b, d, unfinished):
+    # the triangle inequality Band.ks rests on; unfinished continuations are inf
+    import numpy as np
+
+    from nmst_lib.report import ks_distance
+
+    a = np.r_[a, np.full(unfinished, np.inf)]
+    assert abs(ks_distance(a, d) - ks_distance(b, d)) <= ks_distance(a, b) + 1e-12
+
+
+def test_ks_band_reads_a_gap_between_two_samples_of_one_distribution_rarely():
+    # two models whose lengths come from one distribution: the change of their KS distance to a
+    # data sample lies outside Band.ks in at most about 5 % of draws (discrete lengths: fewer)
+    import numpy as np
+
+    from nmst_lib.report import ks_distance
+
+    rng = np.random.default_rng(0)
+    data = rng.geometric(1 / 90, size=128)
+    n, outside = 128, 0
+    band = Band.ks(n, n).half_width
+    for _ in range(400):
+        a, b = rng.geometric(1 / 40, size=n), rng.geometric(1 / 40, size=n)
+        outside += abs(ks_distance(a, data) - ks_distance(b, data)) > band
+    assert outside / 400 <= 0.05
+    # and a real difference of distributions is read
+    a, b = rng.geometric(1 / 90, size=n), rng.geometric(1 / 10, size=n)
+    assert ks_distance(b, data) - ks_distance(a, data) > band
+
 def test_recipe_and_convergence_summaries_say_what_the_folded_tables_hold():
     from nmst_lib.findings import convergence_summary, recipe_summary
 
