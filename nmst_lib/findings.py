@@ -203,15 +203,22 @@ def convergence_rows(groups) -> list:
     Shows each seed's best and last epoch and last-epoch validation change, and whether every
     seed converged (Chapters 6-9 show it under their results tables).
     """
-    rows = []
+    table = []
     for name, runs in groups.items():
         cs = [convergence(r) for r in runs]
         if not cs:
             raise ValueError(f"model {name!r} has no runs")
+        table.append((name, cs))
+    metrics = {c["metric"] for _, cs in table for c in cs}
+    # one column: headed by the metric when every model has the same, else each value names it
+    header = f"last epoch's change ({next(iter(metrics))})" if len(metrics) == 1 else "last epoch's change"
+    rows = []
+    for name, cs in table:
         done = sum(c["converged"] for c in cs)
         rows.append({"model": name,
                      "best / last epoch": ", ".join(f"{c['best_epoch']}/{c['last_epoch']}" for c in cs),
-                     f"last epoch's change ({cs[0]['metric']})": ", ".join(f"{c['last_change']:+.3g}" for c in cs),
+                     header: ", ".join(f"{c['last_change']:+.3g}" + ("" if len(metrics) == 1 else
+                                                                     f" ({c['metric']})") for c in cs),
                      "converged": "yes" if done == len(cs) else
                      ("no: still improving" if done == 0 else f"{done} of {len(cs)} seeds")})
     return rows

@@ -278,6 +278,17 @@ def test_the_last_epoch_floor_is_the_largest_change_of_the_unconverged_runs():
                              "mixed": [a, _run([200.0, 150.0, 151.0])]})
     assert [r["converged"] for r in rows] == ["no: still improving", "yes", "1 of 2 seeds"]
     assert rows[0]["best / last epoch"] == "3/3, 3/3"
+    assert rows[0]["last epoch's change (val_ppl)"] == "-18, -15"
+
+
+def test_convergence_rows_of_models_with_different_metrics_share_one_column_naming_each():
+    from nmst_lib.findings import convergence_rows
+
+    # Chapter 8: the softmax model compares epochs by perplexity, the entmax ones by eps-perplexity
+    rows = convergence_rows({"softmax": [_run([210.0, 208.0])],
+                             "entmax": [_run([240.0, 231.5], metric="val_eps_ppl")]})
+    assert [set(r) for r in rows] == [{"model", "best / last epoch", "last epoch's change", "converged"}] * 2
+    assert [r["last epoch's change"] for r in rows] == ["-2 (val_ppl)", "-8.5 (val_eps_ppl)"]
 
 
 def test_a_run_that_early_stopping_ended_has_converged_even_if_its_last_epoch_was_best():
