@@ -6,9 +6,9 @@ converged recipe's, model by model.
 FAMILY is the chapter's experiment family: `wikitext2` (Chapter 6, the default), `gpt2`
 (Chapter 7), `sparse` (Chapter 8) or `temperature` (Chapter 9). *Before* is the family's
 published store at git revision REV: for Chapter 6 the last commit with its 30 first-edition
-results (6fce13e); for the chapters that have not switched yet, HEAD. *After* is AFTER_DIR, by
-default the published store (Chapter 6) or `pending_results/FAMILY` (the others, until they
-switch). A model is matched across the two by its key without the vocabulary and hidden-size
+results (6fce13e; each switched chapter's in `BEFORE_REV`); for the chapters that have not
+switched yet, HEAD. *After* is AFTER_DIR, by default the published store (a switched chapter) or
+`pending_results/FAMILY` (the others, until they switch). A model is matched across the two by its key without the vocabulary and hidden-size
 parts (`-bpe4k`, `-nounk`, `-h162`: Chapter 9's parameter-matched VA is re-matched per vocabulary).
 
 Columns per recipe: seeds stored; the validation score the run was selected by, at its best
@@ -35,9 +35,10 @@ sys.path.insert(0, str(ROOT))
 from nmst_lib.report import token_share  # noqa: E402
 
 FAMILIES = ("wikitext2", "gpt2", "sparse", "temperature")
-BEFORE_REV = {"wikitext2": "6fce13e"}
-"""The last commit whose published store holds a switched chapter's first-edition results; the
-other chapters' first-edition results are still the published ones (HEAD)."""
+BEFORE_REV = {"wikitext2": "6fce13e", "gpt2": "5393220"}
+"""For each chapter that has switched, the last commit whose published store holds its
+first-edition results (its *after* is then the published store); the other chapters'
+first-edition results are still the published ones (HEAD), their converged ones pending."""
 SCORE_UNITS = {"val_ppl": "ppl", "val_loss": "loss", "val_eps_ppl": "ε-ppl"}
 
 
@@ -117,14 +118,16 @@ def table(before: list[dict], after: list[dict]) -> str:
 def main(argv=None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("after", nargs="?", type=Path, default=None,
-                        help="folder of the converged results (default: the published store for Chapter 6, "
-                             "pending_results/FAMILY for the others)")
+                        help="folder of the converged results (default: the published store for a "
+                             "switched chapter, pending_results/FAMILY for the others)")
     parser.add_argument("--family", choices=FAMILIES, default="wikitext2")
     parser.add_argument("--before", default=None, help="git revision of the first editions' store "
-                        f"(default {BEFORE_REV['wikitext2']} for wikitext2, HEAD for the others)")
+                        f"(default: {', '.join(f'{r} for {f}' for f, r in BEFORE_REV.items())}, HEAD "
+                        "for the others)")
     args = parser.parse_args(argv)
     family = args.family
-    after = (args.after or (ROOT / (store(family) if family == "wikitext2" else f"pending_results/{family}"))).resolve()
+    switched = family in BEFORE_REV
+    after = (args.after or (ROOT / (store(family) if switched else f"pending_results/{family}"))).resolve()
     rev = args.before or BEFORE_REV.get(family, "HEAD")
     shown = after.relative_to(ROOT) if after.is_relative_to(ROOT) else after.name
     before_runs = [r for r in from_git(rev, family) if not converged_recipe(r)]

@@ -36,12 +36,14 @@ def test_the_score_is_the_selection_metric_at_the_best_epoch():
 
 @pytest.mark.parametrize("family", ["gpt2", "sparse", "temperature"])
 def test_every_converged_run_gets_a_row_with_its_own_numbers(family, capsys):
-    pending = sorted((ROOT / "pending_results" / family).glob("*.json"))
-    if not pending:
+    # a switched chapter's converged runs are its published store; the others' wait in pending_results
+    folder = ROOT / (rba.store(family) if family in rba.BEFORE_REV else f"pending_results/{family}")
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("*.json"))]
+    runs = [r for r in runs if rba.converged_recipe(r)]
+    if not runs:
         pytest.skip(f"no converged {family} result yet")
     text = rba.main(["--family", family])
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    runs = [json.loads(path.read_text(encoding="utf-8")) for path in pending]
     for run in runs:
         model = rba.model_id(run["key"])
         row = rows[model.removeprefix("cpu-")]
@@ -54,8 +56,14 @@ def test_every_converged_run_gets_a_row_with_its_own_numbers(family, capsys):
 
 def test_the_after_folder_may_be_given_relative_to_the_working_folder(monkeypatch, tmp_path):
     """A relative AFTER folder (as typed from the repository root) is read and named as typed."""
-    folder = tmp_path / "after" / "gpt2"
+    folder = tmp_path / "after" / "temperature"
     folder.mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    text = rba.main(["--family", "gpt2", "after/gpt2"])
-    assert text.startswith("Before: `cpu` gpt2 results at HEAD") and "(gpt2)" in text.splitlines()[0]
+    text = rba.main(["--family", "temperature", "after/temperature"])
+    assert text.startswith("Before: `cpu` temperature results at HEAD") and "(temperature)" in text.splitlines()[0]
+
+
+def test_a_switched_chapter_compares_its_published_store_with_the_commit_before_its_switch():
+    text = rba.main(["--family", "gpt2"])
+    assert text.startswith(f"Before: `cpu` gpt2 results at {rba.BEFORE_REV['gpt2']}")
+    assert "(nmst_lib/published_results/gpt2)" in text.splitlines()[0]
