@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["POINT_AT", "glue_names", "glued", "markdown_outputs"]
+__all__ = ["POINT_AT", "glue_names", "glued", "glued_twice", "markdown_outputs"]
 
 # Run first in the chapter's kernel: the published results are the copied part, and this
 # checkout's nmst_lib is the one imported.
@@ -49,6 +49,14 @@ def glued(nb) -> dict[str, str]:
                     data.get(prefix + "text/plain", ""),
                 )
     return out
+
+
+def glued_twice(nb) -> list[str]:
+    """The glue keys an executed chapter set more than once (the book build warns, and fails,
+    on a key glued twice on one page: set a key once, after choosing its value)."""
+    names = [o["metadata"]["scrapbook"]["name"] for cell in nb.cells for o in cell.get("outputs", [])
+             if o.get("metadata", {}).get("scrapbook")]
+    return sorted({n for n in names if names.count(n) > 1})
 
 
 def markdown_outputs(nb) -> list[str]:

@@ -18,7 +18,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from chapter_run import POINT_AT, glue_names, glued, markdown_outputs
+from chapter_run import (
+    POINT_AT,
+    glue_names,
+    glued,
+    glued_twice,
+    markdown_outputs,
+)
 from nbclient import NotebookClient
 
 from nmst_lib.experiments import (
@@ -129,6 +135,7 @@ def test_chapter_6_renders_from_a_stored_part_of_its_suite(partial_store):
             ), cell.metadata
     # every key the prose uses is set, so the website build (warnings as errors) has it
     values = glued(nb)
+    assert glued_twice(nb) == []  # the book build fails on a key glued twice
     assert wanted <= set(values), sorted(wanted - set(values))
     # a finding whose models are missing is listed as not run, naming them; the page's two
     # findings that no profile runs are not run too

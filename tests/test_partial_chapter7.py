@@ -19,7 +19,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from chapter_run import POINT_AT, glue_names, glued, markdown_outputs
+from chapter_run import (
+    POINT_AT,
+    glue_names,
+    glued,
+    glued_twice,
+    markdown_outputs,
+)
 from nbclient import NotebookClient
 
 from nmst_lib.experiments import CURRENT, load_result, published_results_dir
@@ -79,6 +85,7 @@ def test_chapter_7_renders_from_a_stored_part_of_its_suite(partial_store):
             assert any("image/png" in o.get("data", {}) or "text/html" in o.get("data", {})
                        for o in cell.outputs), cell.metadata
     values = glued(nb)
+    assert glued_twice(nb) == []  # the book build fails on a key glued twice
     assert wanted <= set(values), sorted(wanted - set(values))
     # the findings that need the missing NMST model are listed as not run, naming it
     name = f"NMST ε={GPT2_FEATURED_EPS['cpu']:.0e}".replace("e-04", "e-4")

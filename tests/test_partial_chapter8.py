@@ -16,7 +16,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from chapter_run import POINT_AT, glue_names, glued, markdown_outputs
+from chapter_run import (
+    POINT_AT,
+    glue_names,
+    glued,
+    glued_twice,
+    markdown_outputs,
+)
 from nbclient import NotebookClient
 
 from nmst_lib.experiments import CURRENT, published_results_dir
@@ -59,6 +65,7 @@ def test_chapter_8_renders_from_a_stored_part_of_its_suite(partial_store):
     notices = [t for t in markdown_outputs(nb) if "missing or stale" in t]
     assert len(notices) == 1 and dropped in notices[0] and "1 of the committed" in notices[0], notices
     values = glued(nb)
+    assert glued_twice(nb) == []  # the book build fails on a key glued twice
     assert wanted <= set(values), sorted(wanted - set(values))
     # the missing model's Table 4 and Table 5 findings are listed as not run, naming it
     for key in ("ch8_t4_verdict", "ch8_t5_verdict"):
