@@ -26,6 +26,7 @@ from datasources import (
 from nmst_lib import data as D
 from nmst_lib.experiments import (
     CURRENT,
+    MISSING,
     ExperimentConfig,
     config_hash,
     load_checkpoint,
@@ -331,7 +332,8 @@ def test_new_fields_leave_chapter_6_and_8_hashes_unchanged():
         assert load_result(c).status == CURRENT
     from nmst_lib.experiments.sparse import load_sparse_results
 
-    assert {s.status for s in load_sparse_results("cpu")} == {CURRENT}
+    # Chapter 8's converged models land one by one: every stored one is CURRENT
+    assert CURRENT in {s.status for s in load_sparse_results("cpu")} <= {CURRENT, MISSING}
     # a field at a non-default value does change the hash
     base = make_config("cpu", "lstm", "va")
     assert config_hash(base.replace(grad_accum=2)) != config_hash(base)

@@ -213,7 +213,8 @@ def test_the_wheel_carries_every_published_result(wheel):
     every = sorted(p.relative_to(REPO).as_posix() for p in PUBLISHED.parent.glob("*/*.json"))
     assert sorted(inside) == every
     assert sum(name.startswith("nmst_lib/published_results/wikitext2/") for name in inside) == N_PUBLISHED
-    assert sum(name.startswith("nmst_lib/published_results/sparse/") for name in inside) == 4
+    assert sum(name.startswith("nmst_lib/published_results/sparse/") for name in inside) == len(
+        list((PUBLISHED.parent / "sparse").glob("*.json"))) >= 3
     assert sum(name.startswith("nmst_lib/published_results/gpt2/") for name in inside) == N_PUBLISHED_GPT2
     for name, payload in inside.items():
         assert payload == (REPO / name).read_bytes()

@@ -29,6 +29,7 @@ from nmst_lib.experiments import (
 )
 from nmst_lib.experiments import config as cfg
 from nmst_lib.experiments.config import (
+    EPS_PPL_CPU_RECIPE,
     WORD_CPU_RECIPE,
     ExperimentConfig,
     chapter_recipe,
@@ -181,18 +182,23 @@ def quick_suite(fixture_data_env, tmp_path_factory):
 
 def test_sparse_suite_configs_follow_the_brief():
     configs = sparse.sparse_suite_configs("cpu")
-    assert [c.key for c in configs] == ["cpu-lstm-va-seed0", "cpu-lstm-entmax-a1.5-seed0",
-                                        "cpu-lstm-nmst-entmax-eps5e-4-a1.5-seed0", "cpu-lstm-entmax-a1.2-seed0"]
+    assert [c.key for c in configs] == ["cpu-lstm-va-bpe4k-nounk-seed0", "cpu-lstm-entmax-a1.5-bpe4k-nounk-seed0",
+                                        "cpu-lstm-nmst-entmax-eps5e-4-a1.5-bpe4k-nounk-seed0",
+                                        "cpu-lstm-entmax-a1.2-bpe4k-nounk-seed0"]
     va = configs[0]
-    # Chapter 6's LSTM VA seed 0 by Chapter 8's recipe (the word recipe until its converged runs are in)
-    assert training_hash(va.model) == training_hash(make_config("cpu", "lstm", "va", **chapter_recipe("sparse", "cpu")))
-    assert chapter_recipe("sparse", "cpu") == WORD_CPU_RECIPE
+    # Chapter 8's recipe is Chapter 6's converged one, the entmax models' epochs compared by
+    # eps-perplexity; its softmax model is Chapter 6's LSTM VA seed 0 itself (same training hash)
+    assert chapter_recipe("sparse", "cpu") == EPS_PPL_CPU_RECIPE
+    assert training_hash(va.model) == training_hash(make_config("cpu", "lstm", "va"))
+    assert va.model.training.select_on is None
+    assert all(c.model.training.select_on == "eps_ppl" for c in configs[1:])
     assert va.decoders == ("ancestral", "temperature-0.95", "greedy", "top-50", "nucleus-0.95", "entmax-1.2",
                            "entmax-1.5")
     assert all(not any(d.startswith("entmax-") for d in c.decoders) for c in configs[1:])
     for c in configs:
         m = c.model
-        assert (m.model.hidden, m.model.layers, m.data.vocab_cap, m.training.max_epochs, m.training.lr) == (128, 2, 5000, 4, 2e-3)
+        assert (m.model.hidden, m.model.layers, m.data.vocab_kind, m.data.vocab_cap, m.data.drop_unk,
+                m.training.max_epochs, m.training.patience, m.training.lr) == (128, 2, "bpe", 4000, True, 60, 2, 2e-3)
         assert m.decoding.decoders[:2] == ("greedy", "ancestral") and m.decoding.decode_max_len == 10_000
         assert m.decoding.num_decode_contexts == 64 and c.eval_split == "test"
     assert configs[0].explorer_contexts == 6 and all(c.explorer_contexts == 0 for c in configs[1:])
@@ -366,10 +372,13 @@ def test_cli_sparse_dry_run_lists_the_models(tmp_path, capsys):
 
 
 def test_committed_cpu_results_are_current_and_made_by_committed_code():
-    """The cpu results Chapter 8 shows ship in nmst_lib/published_results/sparse: every model of
-    the cpu suite is there, CURRENT for today's configs, from a clean checkout, on the test split."""
-    stored = sparse.load_sparse_results("cpu", results_dir=published_results_dir())
-    assert [s.status for s in stored] == [CURRENT] * 4, [s.message for s in stored]
+    """The cpu results Chapter 8 shows ship in nmst_lib/published_results/sparse: each is CURRENT
+    for today's configs, from a clean checkout, on the test split. Its converged models land one by
+    one (issue 23), so a model may be missing (the page names it); the softmax model is there."""
+    stored = [s for s in sparse.load_sparse_results("cpu", results_dir=published_results_dir())
+              if s.status != MISSING]
+    assert all(s.status == CURRENT for s in stored), [s.message for s in stored]
+    assert stored and stored[0].data["model"]["head"] == "va"
     for s in stored:
         prov = s.data["provenance"]
         assert prov["git_sha"] and prov["git_dirty"] is False and "sparse --profile cpu" in prov["command"]
@@ -378,4 +387,4 @@ def test_committed_cpu_results_are_current_and_made_by_committed_code():
         assert s.data["model"]["training_hash"] == training_hash(sparse.sparse_suite_configs("cpu")[0].model) \
             or s.data["model"]["head"] != "va"
     rows = sparse.table2_rows(stored)
-    assert len(rows) == 5 + 3 and all(0 < r["sp"] < 1 for r in rows)
+    assert len(rows) == 5 + (len(stored) - 1) and all(0 < r["sp"] < 1 for r in rows)

@@ -4,7 +4,8 @@ on WikiText-2, at the book's profiles, with an NMST-entmax model beside them.
 Models (one LSTM each, trained by :func:`nmst_lib.experiments.trainer.train`, the loop of Chapter 6,
 on the same data pipeline and, without the official training split, the same named substitute):
 
-* **softmax / NLL** (head ``va``): exactly Chapter 6's ``cpu-lstm-va-seed0`` training config (same
+* **softmax / NLL** (head ``va``): exactly Chapter 6's LSTM VA seed 0 training config
+  (``cpu-lstm-va-bpe4k-nounk-seed0`` at the ``cpu`` profile; same
   :func:`~nmst_lib.experiments.config.training_hash`, so its checkpoint is reused when present);
 * **entmax loss** (head ``entmax``) with alpha = 1.5 (the exact sort-based entmax15) and alpha = 1.2
   (the paper's WikiText-2 value, Table 3; bisection);
@@ -299,8 +300,11 @@ def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
     (:func:`~nmst_lib.experiments.config.suite_overrides`).
 
     Training: :func:`~nmst_lib.experiments.config.make_config` (``profile``, ``"lstm"``) for every
-    head, i.e. at ``cpu`` the LSTM 2 x 128, vocabulary 5,000 + ``<unk>``, 4 epochs, lr 2e-3 of
-    Chapter 6; the softmax model IS Chapter 6's ``cpu-lstm-va-seed0`` (same training hash). No
+    head, with the fields of Chapter 8's recipe (:func:`~nmst_lib.experiments.config.chapter_recipe`),
+    i.e. at ``cpu`` the LSTM 2 x 128 of Chapter 6 on 4,000 BPE pieces (``<unk>`` markers deleted),
+    lr 2e-3, trained until the 0.5 % plateau rule stops it (at most 60 epochs), the entmax models'
+    epochs compared by validation epsilon-perplexity (:data:`~nmst_lib.experiments.config.EPS_PPL_CPU_RECIPE`);
+    the softmax model IS Chapter 6's ``cpu-lstm-va-bpe4k-nounk-seed0`` (same training hash). No
     training setting was reduced for the entmax models.
     Decoding: greedy and ancestral (the natural decoder) for r_nt(L) up to ``decode_max_len``
     (1e4 at cpu) on 64 validation contexts (cpu; the first 64 of Chapter 6's 128), plus entmax-1.5
