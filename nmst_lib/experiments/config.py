@@ -704,8 +704,8 @@ WORD_CPU_RECIPE = dict(vocab_kind="word", vocab_cap=5000, drop_unk=False, max_ep
 """The ``cpu`` recipe of the book's first editions: the 5,000 most frequent words + ``<unk>``
 (WikiText's markers kept) and 4 epochs, which stopped every model while it still improved.
 Chapter 9 still trains with it until its converged runs are in (:data:`CHAPTER_CPU_RECIPE`).
-Chapter 8 switched to :data:`EPS_PPL_CPU_RECIPE` with three of its four converged models in (the
-fourth, entmax-1.2, lands in the published store as it finishes)."""
+Chapter 8 switched to :data:`EPS_PPL_CPU_RECIPE` with three of its four converged models in; the
+fourth, entmax-1.2, joined them in the published store when it finished."""
 
 UNIGRAM_HOLD_CPU_RECIPE = dict(CONVERGED_CPU_RECIPE, start_below_unigram=0.9)
 """Chapter 9's ``cpu`` recipe (09_temperature): :data:`CONVERGED_CPU_RECIPE` with the plateau rule
