@@ -1,12 +1,15 @@
 """Helpers for the tests that execute a chapter on a part of its published results
-(``test_partial_chapter6.py``, ``test_partial_chapter7.py``): the cell that points the chapter's
-kernel at the copied part, and readers of the executed notebook's glue values and Markdown."""
+(``test_partial_chapter6.py`` to ``test_partial_chapter8.py``): the cell that points the chapter's
+kernel at the copied part, a stand-in for a seed not trained yet, and readers of the executed
+notebook's glue values and Markdown."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
-__all__ = ["POINT_AT", "glue_names", "glued", "glued_twice", "markdown_outputs"]
+__all__ = ["POINT_AT", "glue_names", "glued", "glued_twice", "markdown_outputs", "store_as_seed"]
 
 # Run first in the chapter's kernel: the published results are the copied part, and this
 # checkout's nmst_lib is the one imported.
@@ -66,3 +69,17 @@ def markdown_outputs(nb) -> list[str]:
         for o in c.get("outputs", [])
         if "text/markdown" in o.get("data", {})
     ]
+
+
+def store_as_seed(family: str, data: dict, config, folder: Path, change) -> Path:
+    """Store a copy of the result ``data`` in ``folder`` as the result of ``config`` (another seed
+    of the same model), after ``change(copy)`` edits its numbers in place: a stand-in for a seed
+    that is not trained yet, so that a test can execute a chapter on several seeds of a model.
+    Never published: the copy lives in the test's temporary store."""
+    from nmst_lib.experiments import get_family
+
+    copy = json.loads(json.dumps(data))
+    change(copy)
+    for stamp in ("schema", "key", "config_hash", "config", "profile"):
+        copy.pop(stamp, None)
+    return get_family(family).save(copy, config, folder)

@@ -1,7 +1,8 @@
 """Which results a chapter page shows (nmst_lib.experiments.page_selection): the whole committed
 profile, the stored part of it with the rest named, or a run made here, each with the notice a
-reader sees. Uses copies of the published GPT-2 cpu results (seven small JSON files) in a
-temporary folder; the run made here is replaced by a stand-in that records how it was called."""
+reader sees. Uses copies of the published GPT-2 cpu results (small JSON files; seeds not trained
+yet are stand-ins copied from seed 0) in a temporary folder; the run made here is replaced by a
+stand-in that records how it was called."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from chapter_run import store_as_seed
 
 from nmst_lib.experiments import (
     CURRENT,
@@ -25,15 +27,28 @@ VA = next(c for c in CPU if c.head == "va")
 ST = next(c for c in CPU if c.head == "st")
 
 
+def seeds_of(config) -> list:
+    """Every seed of ``config``'s model in the cpu suite."""
+    return [c for c in CPU if (c.head, c.eps) == (config.head, config.eps)]
+
+
 def stored_folder(tmp_path: Path, leave_out=()) -> Path:
-    """A results folder holding the published GPT-2 cpu results but ``leave_out``'s."""
+    """A results folder holding every GPT-2 cpu result but ``leave_out``'s: the published ones,
+    and a stand-in (seed 0's numbers) for each seed not published yet."""
     folder = tmp_path / "results"
     for config in CPU:
         if config in leave_out:
             continue
         target = FAMILY.path(config, folder)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(FAMILY.path(config, published_results_dir()), target)
+        published = FAMILY.path(config, published_results_dir())
+        if published.is_file():
+            shutil.copy(published, target)
+        else:
+            first = next(c for c in CPU if (c.head, c.eps, c.seed) == (config.head, config.eps, 0))
+            seed0 = FAMILY.load(first, published_results_dir())
+            assert seed0.status == CURRENT, seed0.message
+            store_as_seed("gpt2", seed0.data, config, folder, lambda result: None)
     return folder
 
 
@@ -66,18 +81,36 @@ def test_the_whole_stored_profile_is_shown_without_a_notice(tmp_path, trained):
 
 
 def test_a_partial_page_shows_the_stored_models_and_names_the_missing_one(tmp_path, trained):
-    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=[ST]), needs=has_va)
+    gone = seeds_of(ST)
+    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=gone), needs=has_va)
     assert page.profile == "cpu" and page.partial and trained == []
     assert [c.key for c in page.configs] == [s.path.stem for s in page.results]
-    assert ST.key not in [s.path.stem for s in page.results] and len(page.results) == len(CPU) - 1
-    assert [s.path.stem for s in page.left_out] == [ST.key]
+    assert len(gone) == 3 and len(page.results) == len(CPU) - 3
+    assert [s.path.stem for s in page.left_out] == [c.key for c in gone]
     (notice,) = page.notices()
-    assert f"showing the {len(CPU) - 1} `cpu` models that are stored" in notice
-    assert ST.key in notice and "is listed as *not run*" in notice
+    assert f"showing the {len(CPU) - 3} `cpu` results that are stored" in notice
+    assert all(c.key in notice for c in gone) and "is listed as *not run*" in notice
+    assert "further seeds" not in notice
+
+
+def test_a_missing_seed_of_a_model_shown_is_named_as_a_seed_not_as_a_missing_model(tmp_path, trained):
+    """A model with some seeds stored is shown (the mean of those); its other seeds are named as
+    still to come, not as a missing model whose findings are not run."""
+    later = [c for c in CPU if c.seed == 2]
+    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=later), needs=has_va)
+    assert page.profile == "cpu" and page.partial and trained == []
+    (notice,) = page.notices()
+    assert f"{len(later)} further seeds of the models shown are not stored yet" in notice
+    assert all(c.key in notice for c in later) and "not run" not in notice
+    both = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path / "b", leave_out=later + seeds_of(ST)),
+                        needs=has_va)
+    (notice,) = both.notices()
+    assert "3 of the suite are missing or STALE" in notice
+    assert f"{len(later) - 1} further seeds of the models shown" in notice
 
 
 def test_without_what_the_page_needs_it_falls_back_to_a_quick_run_and_says_why(tmp_path, trained):
-    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=[VA]), needs=has_va)
+    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=seeds_of(VA)), needs=has_va)
     assert trained == [("gpt2", "quick", "scratch-ch7")]
     assert (page.profile, page.asked, page.trained_here, page.folder) == ("quick", "cpu", True, "scratch-ch7")
     assert list(page.configs) == FAMILY.configs("quick") and not page.partial
@@ -88,7 +121,7 @@ def test_without_what_the_page_needs_it_falls_back_to_a_quick_run_and_says_why(t
 def test_a_page_that_needs_the_whole_suite_falls_back_when_one_result_is_missing(tmp_path, trained):
     page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=[ST]))
     assert page.profile == "quick" and trained == [("gpt2", "quick", "scratch-ch7")]
-    assert "1 of the 7 `cpu` results are missing or STALE" in page.notices()[0]
+    assert f"1 of the {len(CPU)} `cpu` results are missing or STALE" in page.notices()[0]
 
 
 def test_retrain_trains_the_chosen_profile_into_the_results_folder(tmp_path, trained, monkeypatch):

@@ -124,7 +124,7 @@ def test_chapter_6_renders_from_a_stored_part_of_its_suite(partial_store):
     shown = [t for t in markdown_outputs(nb) if "This page is showing" in t]
     assert (
         len(shown) == 1
-        and f"the {len(kept)} `cpu` models that are stored" in shown[0]
+        and f"the {len(kept)} `cpu` results that are stored" in shown[0]
     ), shown
     assert all(c.key in shown[0] for c in dropped), shown[0]
     # every numbered figure is drawn

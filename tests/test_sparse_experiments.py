@@ -181,10 +181,20 @@ def quick_suite(fixture_data_env, tmp_path_factory):
 
 
 def test_sparse_suite_configs_follow_the_brief():
-    configs = sparse.sparse_suite_configs("cpu")
-    assert [c.key for c in configs] == ["cpu-lstm-va-bpe4k-nounk-seed0", "cpu-lstm-entmax-a1.5-bpe4k-nounk-seed0",
-                                        "cpu-lstm-nmst-entmax-eps5e-4-a1.5-bpe4k-nounk-seed0",
-                                        "cpu-lstm-entmax-a1.2-bpe4k-nounk-seed0"]
+    every_seed = sparse.sparse_suite_configs("cpu")
+    models = ["cpu-lstm-va-bpe4k-nounk-seed{}", "cpu-lstm-entmax-a1.5-bpe4k-nounk-seed{}",
+              "cpu-lstm-nmst-entmax-eps5e-4-a1.5-bpe4k-nounk-seed{}", "cpu-lstm-entmax-a1.2-bpe4k-nounk-seed{}"]
+    # three seeds of every model, all of seed 0 first (its noise bands come from seeds, issue 23)
+    assert [c.key for c in every_seed] == [m.format(s) for s in (0, 1, 2) for m in models]
+    assert sparse.SPARSE_SEEDS == {"quick": (0,), "cpu": (0, 1, 2), "paper": (0, 1, 2)}
+    assert [c.model.seed for c in sparse.sparse_suite_configs("quick")] == [0] * 4
+    # the softmax model of each seed is Chapter 6's LSTM VA of that seed (same training hash)
+    for c in every_seed:
+        if c.model.head == "va":
+            assert training_hash(c.model) == training_hash(make_config("cpu", "lstm", "va", None, c.model.seed))
+    # only seed 0's softmax model scores the explorer's contexts
+    assert [c.explorer_contexts for c in every_seed if c.model.head == "va"] == [6, 0, 0]
+    configs = every_seed[:4]
     va = configs[0]
     # Chapter 8's recipe is Chapter 6's converged one, the entmax models' epochs compared by
     # eps-perplexity; its softmax model is Chapter 6's LSTM VA seed 0 itself (same training hash)
@@ -361,9 +371,9 @@ def test_interrupted_evaluation_resumes_from_its_saved_parts(quick_suite, tmp_pa
 def test_cli_sparse_dry_run_lists_the_models(tmp_path, capsys):
     assert cli.main(["sparse", "--profile", "cpu", "--dry-run", "--out", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 4 and all("MISSING" in line for line in lines)
+    assert len(lines) == 12 and all("MISSING" in line for line in lines)
     assert cli.main(["sparse", "--profile", "cpu", "--dry-run", "--only", "entmax-a1.2", "--out", str(tmp_path)]) == 0
-    assert len(capsys.readouterr().out.strip().splitlines()) == 1
+    assert len(capsys.readouterr().out.strip().splitlines()) == 3  # its three seeds
     with pytest.raises(SystemExit):
         cli.main(["sparse", "--help"])
     text = capsys.readouterr().out

@@ -12,6 +12,7 @@ out (named), the profile it ended up showing, and the notices that say so
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -77,16 +78,32 @@ def fallback_notice(reason: str, profile: str) -> str:
     )
 
 
+def _model_of(result: StoredResult) -> str:
+    """The model a stored result is a seed of: its key without the ``-seed{N}`` that every
+    config's key ends with (:attr:`~nmst_lib.experiments.config.ExperimentConfig.key`)."""
+    return re.sub(r"-seed\d+$", "", result.path.stem)
+
+
 def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResult],
                    profile: str) -> str:
-    """The paragraph a partial page shows: how many models are stored and shown, and which of
-    the suite are missing or STALE (by key)."""
-    names = ", ".join(s.path.stem for s in left_out)
-    return (
-        f"**This page is showing the {len(shown)} `{profile}` models that are stored**; "
-        f"{len(left_out)} of the suite are missing or STALE ({names}). The tables and figures "
-        "leave them out, and a finding that needs one of them is listed as *not run*, naming it."
-    )
+    """The paragraph a partial page shows: how many results are stored and shown; which models
+    of the suite are missing or STALE (by key), whose findings the page lists as not run; and
+    which further seeds of the models shown are not stored yet, whose tables are the means of
+    the stored seeds."""
+    models_shown = {_model_of(s) for s in shown}
+    seeds = [s for s in left_out if _model_of(s) in models_shown]
+    models = [s for s in left_out if _model_of(s) not in models_shown]
+    names = lambda results: ", ".join(s.path.stem for s in results)  # noqa: E731
+    parts = [f"**This page is showing the {len(shown)} `{profile}` results that are stored**"]
+    if models:
+        parts.append(f"{len(models)} of the suite are missing or STALE ({names(models)}): the tables "
+                     "and figures leave them out, and a finding that needs one of them is listed as "
+                     "*not run*, naming it")
+    if seeds:
+        parts.append(f"{len(seeds)} further seeds of the models shown are not stored yet "
+                     f"({names(seeds)}): each table shows the mean over a model's stored seeds, and a "
+                     "finding's noise band comes from seeds where both models compared have two or more")
+    return "; ".join(parts) + "."
 
 
 def _check_args(family: str, profile: str, needs):

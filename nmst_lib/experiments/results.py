@@ -33,6 +33,7 @@ import datetime as _dt
 import functools
 import importlib.resources
 import json
+import numbers
 import os
 import platform
 import subprocess
@@ -42,6 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..files import (  # re-exported: their importers keep working
@@ -54,6 +56,7 @@ from ..files import (  # re-exported: their importers keep working
 from .config import ExperimentConfig, config_hash, validate_config
 
 __all__ = [
+    "mean_over_seeds",
     "utc_now",
     "command_line",
     "RESULT_SCHEMA",
@@ -445,6 +448,63 @@ def current_records(results, *, need: str | None = None) -> list[dict]:
             what = f"a stored result dict (with {need!r})" if need else "a result dict"
             raise TypeError(f"expected a StoredResult or {what}, got {type(r).__name__}")
         out.append(r)
+    return out
+
+
+def _number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _integers(value) -> bool:
+    """An integer, or a non-empty list of integers (not bools)."""
+    items = value if isinstance(value, (list, tuple)) and value else [value]
+    return all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in items)
+
+
+def mean_over_seeds(rows, by) -> list[dict]:
+    """Table rows of several seeds of one model merged into one row per model (Chapters 7-8).
+
+    ``rows``: dicts, one per (model, seed) and whatever else a table has per model (a decoder);
+    ``by``: the names of the fields that say which rows belong together (e.g. ``("loss",
+    "decoder")``), in order of first appearance. In a merged row a field whose value is a number in
+    every seed is the mean over the seeds, and ``per_seed[field]`` lists the seeds' values (for a
+    noise band, :meth:`nmst_lib.findings.Band.from_seeds`); a number that is None in some seed
+    (e.g. an infinite perplexity) makes the mean None. A list of numbers (a curve, e.g. r_nt(L))
+    is averaged elementwise over seeds with the same length. Integers, or lists of integers, equal
+    in every seed (a count of contexts, the grid of L) stay as they are. Any other field must be
+    equal in every seed; ``seeds`` counts the merged rows. Raises ValueError for a field that
+    differs where it cannot be averaged, or a row without a field of ``by``.
+    """
+    by = tuple(by)
+    groups: dict[tuple, list[Mapping]] = {}
+    for row in rows:
+        if not isinstance(row, Mapping) or any(k not in row for k in by):
+            raise ValueError(f"every row must be a dict with the fields {by}, got {row!r}")
+        groups.setdefault(tuple(row[k] for k in by), []).append(row)
+    out = []
+    for key, group in groups.items():
+        merged, per_seed = dict(group[0]), {}
+        for name in merged:
+            if name in by:
+                continue
+            values = [row.get(name) for row in group]
+            if all(v == values[0] for v in values) and _integers(values[0]):
+                continue  # a count or a grid of points (L), the same in every seed
+            if all(_number(v) or v is None for v in values) and any(_number(v) for v in values):
+                per_seed[name] = [None if v is None else float(v) for v in values]
+                merged[name] = None if None in values else float(np.mean(values))
+            elif all(isinstance(v, (list, tuple)) and v and all(_number(x) for x in v) for v in values):
+                if len({len(v) for v in values}) != 1:
+                    raise ValueError(f"{name!r} of {key} has lengths {[len(v) for v in values]} across "
+                                     "seeds; curves are averaged only over the same points")
+                per_seed[name] = [list(map(float, v)) for v in values]
+                merged[name] = np.mean(np.asarray(values, dtype=np.float64), axis=0).tolist()
+            elif any(v != values[0] for v in values):
+                raise ValueError(f"{name!r} of {key} differs across seeds ({values!r}) and is not a "
+                                 "number to average")
+        merged["seeds"] = len(group)
+        merged["per_seed"] = per_seed
+        out.append(merged)
     return out
 
 

@@ -84,6 +84,7 @@ from .results import (
     CURRENT,
     StoredResult,
     current_records,
+    mean_over_seeds,
     training_provenance,
     training_seeds,
     write_json_atomic,
@@ -93,6 +94,7 @@ from .trainer import TrainedRun, train
 
 __all__ = [
     "SPARSE_RESULT_SCHEMA",
+    "SPARSE_SEEDS",
     "SPARSE_FOLDER",
     "TOP_K",
     "NUCLEUS_P",
@@ -293,9 +295,15 @@ _SUITE_PROFILE = {
 }
 
 
+SPARSE_SEEDS = {"quick": (0,), "cpu": (0, 1, 2), "paper": (0, 1, 2)}
+"""The seeds of every Chapter 8 model per profile: three where the findings are read, so that
+their noise bands come from seeds (issue 23); one at ``quick``, whose numbers mean nothing."""
+
+
 def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
     """The models of Chapter 8 (08_sparse) at ``profile``, in run order: softmax/NLL, entmax loss
-    alpha = 1.5, NMST-entmax (eps = the profile's featured eps, alpha = 1.5), entmax loss alpha = 1.2.
+    alpha = 1.5, NMST-entmax (eps = the profile's featured eps, alpha = 1.5), entmax loss alpha = 1.2,
+    for each seed of :data:`SPARSE_SEEDS` (all of seed 0 first).
     ``overrides``: option fields set for every model's training config, on top of the suite's
     (:func:`~nmst_lib.experiments.config.suite_overrides`).
 
@@ -304,14 +312,15 @@ def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
     i.e. at ``cpu`` the LSTM 2 x 128 of Chapter 6 on 4,000 BPE pieces (``<unk>`` markers deleted),
     lr 2e-3, trained until the 0.5 % plateau rule stops it (at most 60 epochs), the entmax models'
     epochs compared by validation epsilon-perplexity (:data:`~nmst_lib.experiments.config.EPS_PPL_CPU_RECIPE`);
-    the softmax model IS Chapter 6's ``cpu-lstm-va-bpe4k-nounk-seed0`` (same training hash). No
-    training setting was reduced for the entmax models.
+    the softmax model of seed ``s`` IS Chapter 6's ``cpu-lstm-va-bpe4k-nounk-seed{s}`` (same training
+    hash). No training setting was reduced for the entmax models.
     Decoding: greedy and ancestral (the natural decoder) for r_nt(L) up to ``decode_max_len``
     (1e4 at cpu) on 64 validation contexts (cpu; the first 64 of Chapter 6's 128), plus entmax-1.5
     sampling from the softmax model (does a sparse decoder of a softmax model still stop?); teacher-forced
     decoders of Martins et al. (2020) Table 2 (``temperature-0.95``, ``top-50``, ``nucleus-0.95``;
     ``entmax-1.2`` and ``entmax-1.5`` for the softmax model: Table 5's ablation); distinct-n on 64
-    contexts x 200 tokens (cpu) under the same decoders; score vectors of 6 contexts (softmax model).
+    contexts x 200 tokens (cpu) under the same decoders, for every seed; score vectors of 6
+    contexts (the softmax model of seed 0).
     """
     if profile not in _SUITE_PROFILE:
         raise ValueError(f"unknown profile {profile!r}: choose one of {', '.join(PROFILES)}")
@@ -322,7 +331,7 @@ def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
     models = [("va", None, None), ("entmax", None, ENTMAX_ALPHAS[0]), ("nmst-entmax", eps, NMST_ENTMAX_ALPHA),
               ("entmax", None, ENTMAX_ALPHAS[1])]
     out = []
-    for head, e, alpha in models:
+    for seed, (head, e, alpha) in ((s, m) for s in SPARSE_SEEDS[profile] for m in models):
         extra = {} if alpha is None else {"alpha": alpha}
         rnt_decoders = ("greedy", "ancestral") + ((f"entmax-{NMST_ENTMAX_ALPHA:g}",) if head == "va" else ())
         # select_on names how the entmax models' epochs are compared; the softmax model is Chapter 6's
@@ -330,10 +339,10 @@ def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
         fields = {"decoders": rnt_decoders, **recipe, **settings["model"], **extra, **overrides}
         if head in NLL_HEADS:
             fields.pop("select_on", None)
-        model = make_config(profile, "lstm", head, e, 0, **fields)
+        model = make_config(profile, "lstm", head, e, seed, **fields)
         decoders = _table_decoders(head)
         out.append(SparseConfig(model=model, decoders=decoders, distinct_decoders=decoders,
-                                explorer_contexts=settings["explorer"] if head == "va" else 0,
+                                explorer_contexts=settings["explorer"] if head == "va" and seed == 0 else 0,
                                 **settings["evaluation"]))
     return out
 
@@ -770,7 +779,10 @@ def table2_rows(stored) -> list[dict]:
     distribution) and the NMST-entmax model under its own distribution. Columns: method, loss,
     decoder, sp, JS, eps-ppl (and its eps), REP, WREP (averages over the windows), plus ppl,
     accuracy and the fraction of reference words outside the support. ``stored``: the
-    :class:`~nmst_lib.experiments.results.StoredResult` list of :func:`load_sparse_results` (non-current ones are skipped)."""
+    :class:`~nmst_lib.experiments.results.StoredResult` list of :func:`load_sparse_results` (non-current ones are skipped).
+    Every table of this module has one row per model (loss) and decoder: several seeds of a model
+    give the mean, their count in ``seeds`` and each seed's value in ``per_seed``
+    (:func:`~nmst_lib.experiments.results.mean_over_seeds`)."""
     rows = []
     for rec in _records(stored):
         decs = rec["teacher_forced"]["decoders"]
@@ -779,7 +791,12 @@ def table2_rows(stored) -> list[dict]:
     for rec in _records(stored):
         if rec["model"]["head"] != "va":
             rows.append(_metric_row(rec, rec["model"]["natural_decoder"]))
-    return rows
+    return _per_model(rows)
+
+
+def _per_model(rows: list[dict]) -> list[dict]:
+    """One row per (loss, decoder): the seeds of a model merged (means, ``seeds``, ``per_seed``)."""
+    return mean_over_seeds(rows, ("loss", "decoder"))
 
 
 def table4_rows(stored) -> list[dict]:
@@ -794,13 +811,13 @@ def table4_rows(stored) -> list[dict]:
             rows.append({"loss": m["label"], "decoder": d, "method": decoder_label(d, m["head"], m["alpha"]),
                          "mean": s["mean"], "median": s["median"], "std": s["std"], "min": s["min"], "max": s["max"],
                          "p10": s["p10"], "p90": s["p90"]})
-    return rows
+    return _per_model(rows)
 
 
 def table5_rows(stored) -> list[dict]:
     """Martins et al. (2020) Table 5 analogue, complete: every model (loss) x every decoder, with
     the columns of :func:`table2_rows`."""
-    return [_metric_row(rec, d) for rec in _records(stored) for d in rec["teacher_forced"]["decoders"]]
+    return _per_model([_metric_row(rec, d) for rec in _records(stored) for d in rec["teacher_forced"]["decoders"]])
 
 
 def distinct_rows(stored) -> list[dict]:
@@ -814,7 +831,7 @@ def distinct_rows(stored) -> list[dict]:
             row.update({k: v for k, v in r.items() if k.startswith("distinct_")})
             row.update(mean_length=r["mean_length"], terminated=r["terminated_fraction"])
             rows.append(row)
-    return rows
+    return _per_model(rows)
 
 
 def eos_rows(stored) -> list[dict]:
@@ -832,16 +849,18 @@ def eos_rows(stored) -> list[dict]:
             if d in rec["decoding"]:
                 row["r_nt(L_max)"] = rec["decoding"][d]["rnt"][-1]
             rows.append(row)
-    return rows
+    return _per_model(rows)
 
 
 def rnt_curves(stored) -> list[dict]:
     """r_nt(L) curves of every model under its natural decoder and greedy: ``{"loss", "decoder",
-    "method", "L", "rnt", "max_len", "num_contexts"}`` per curve (Choi, Cho, Lee (2023) eq. 11)."""
+    "method", "L", "rnt", "max_len", "num_contexts"}`` per curve (Choi, Cho, Lee (2023) eq. 11);
+    several seeds of a model give the mean curve (``num_contexts`` per seed; ``seeds``,
+    ``per_seed`` as in :func:`table2_rows`)."""
     out = []
     for rec in _records(stored):
         m = rec["model"]
         for d, r in rec["decoding"].items():
             out.append({"loss": m["label"], "decoder": d, "method": decoder_label(d, m["head"], m["alpha"]),
                         "L": r["L"], "rnt": r["rnt"], "max_len": r["max_len"], "num_contexts": r["num_contexts"]})
-    return out
+    return _per_model(out)
