@@ -99,6 +99,33 @@ class Band:
         return cls(abs(_real(half_width, "half_width")), _text(reason, "reason"))
 
     @classmethod
+    def relative_spread(cls, values, reference: str, *, k: float = 2.0, minimum: float = 0.10) -> Band:
+        """A stated floor for a *relative* gap between models with one seed each (Chapters 8-9).
+
+        ``values``: one positive quantity over the seeds of a reference model (e.g. the test
+        perplexity of Chapter 6's LSTM VA seeds), named by ``reference``. The floor is ``k`` times
+        their relative spread ``(max - min) / min``, rounded to whole percent, and at least
+        ``minimum``: two seeds of one model already differ by the spread, so a gap between two
+        single runs of different models must exceed it ``k`` times over to be read. With fewer
+        than two values the floor is ``minimum``, and the source says why. ValueError for values
+        that are not positive and finite, or ``k``, ``minimum`` not positive.
+        """
+        vals = np.asarray(values, dtype=float).ravel()
+        if vals.size and not (np.all(np.isfinite(vals)) and np.all(vals > 0)):
+            raise ValueError(f"a relative spread needs positive finite values, got {vals.tolist()}")
+        k, minimum = _real(k, "k"), _real(minimum, "minimum")
+        if k <= 0 or minimum <= 0:
+            raise ValueError(f"k and minimum must be > 0, got k={k}, minimum={minimum}")
+        times = "twice" if k == 2 else f"{k:g} times"
+        if vals.size < 2:
+            return cls(minimum, f"stated tolerance: {minimum:.0%}, since fewer than two seeds of "
+                                f"{_text(reference, 'reference')} are stored to measure a spread")
+        spread = float((vals.max() - vals.min()) / vals.min())
+        return cls(max(minimum, round(k * spread, 2)),
+                   f"stated tolerance: {times} the relative spread of {_text(reference, 'reference')} "
+                   f"({spread:.1%}), at least {minimum:.0%}")
+
+    @classmethod
     def binomial(cls, p_a, n_a, p_b=None, n_b=None, *, k: float = 2.0, unit: str = "contexts") -> Band:
         """``k`` binomial standard errors of a rate (or of a difference of two rates).
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nmst_lib.findings import (
@@ -438,3 +438,31 @@ def test_recipe_and_convergence_summaries_say_what_the_folded_tables_hold():
         recipe_summary([])
     with pytest.raises(ValueError):
         convergence_summary([])
+
+
+def test_the_relative_spread_floor_is_k_times_the_seeds_spread_and_at_least_the_minimum():
+    wide = Band.relative_spread([200.0, 230.0, 210.0], "three VA seeds")
+    assert wide.half_width == pytest.approx(0.30)  # 2 x (230 - 200) / 200
+    assert "twice the relative spread of three VA seeds (15.0%), at least 10%" in wide.source
+    narrow = Band.relative_spread([200.0, 202.0], "two VA seeds")
+    assert narrow.half_width == 0.10  # 2 x 1% is below the minimum
+    alone = Band.relative_spread([200.0], "one VA seed", minimum=0.15)
+    assert alone.half_width == 0.15 and "fewer than two seeds of one VA seed" in alone.source
+    assert Band.relative_spread([], "no seed").half_width == 0.10
+    assert Band.relative_spread([100.0, 110.0], "x", k=3).half_width == pytest.approx(0.30)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(1.0, 1e4), min_size=2, max_size=6))
+def test_two_seeds_of_one_model_never_differ_by_more_than_the_relative_floor(values):
+    """The floor's point: any two of the reference seeds lie inside it, relative to the smaller."""
+    band = Band.relative_spread(values, "seeds")
+    lo = min(values)
+    assert all(abs(a - b) / lo <= band.half_width + 0.005 for a in values for b in values)
+
+
+@pytest.mark.parametrize("values, kwargs", [([200.0, -1.0], {}), ([200.0, float("nan")], {}),
+                                            ([1.0, 2.0], {"k": 0}), ([1.0, 2.0], {"minimum": -0.1})])
+def test_the_relative_spread_floor_refuses_bad_input(values, kwargs):
+    with pytest.raises(ValueError):
+        Band.relative_spread(values, "seeds", **kwargs)
