@@ -10,6 +10,10 @@ here, so that a chapter's visible code is about the experiment and not about HTM
   text holds tokens such as ``<unk>``, ``<eos>`` or ``<|endoftext|>``; put unescaped into a
   page, a browser takes them for tags and shows nothing. Every cell goes through
   ``html.escape``; the result displays as HTML in Jupyter and on the website.
+* **The book's notation for models and settings** (:func:`eps_text`, :func:`eps_book`,
+  :func:`model_name`, :func:`book_notation`): the one place that turns an eps, a head or a
+  label the library stores in ASCII (``eps=5e-04``, ``alpha=1.5``) into what a page prints
+  (``ε=5e-4``, ``α=1.5``), so that no chapter parses the library's labels.
 * **Formatting of repeated runs**: :func:`mean_std` (mean +- sample standard deviation) and
   :func:`mean_range` (mean and min-max over seeds: a fraction of N contexts averaged over
   seeds is not a count, so it is reported as a mean with its range).
@@ -46,6 +50,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
+    "eps_text",
+    "eps_book",
+    "model_name",
+    "book_notation",
     "Html",
     "escape",
     "html_table",
@@ -240,6 +248,50 @@ def _as_values(values) -> np.ndarray:
     if arr.size and not np.all(np.isfinite(arr)):
         raise ValueError(f"values must be finite numbers, got {arr.tolist()}")
     return arr
+
+
+def eps_text(eps) -> str:
+    """eps in short scientific notation, with the fewest mantissa digits that give it back
+    exactly: ``1e-04``, ``5e-04``, ``2.5e-03`` (one digit would print 2.5e-3 as ``3e-03``). The
+    ASCII form of config keys and the labels stored in results (Chapters 6-9). ValueError for
+    anything but a number in (0, 1)."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < 1:
+        raise ValueError(f"eps must be a number in (0, 1), got {eps!r}")
+    for digits in range(16):
+        text = f"{float(eps):.{digits}e}"
+        if float(text) == eps:
+            return text
+    return repr(float(eps))
+
+
+def eps_book(eps) -> str:
+    """eps as the book writes it: ``5e-4``, ``2.5e-3``, ``1e-2`` (:func:`eps_text` without the
+    exponent's sign padding)."""
+    mantissa, exponent = eps_text(eps).split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def model_name(head: str, eps=None) -> str:
+    """A model as the book names it: ``VA``, or the head in capitals and its eps, ``ST ε=1e-4``,
+    ``NMST ε=2.5e-3`` (Chapters 6-7). ValueError for an eps on VA or none on ST/NMST."""
+    if head not in ("va", "st", "nmst"):
+        raise ValueError(f"head must be va, st or nmst, got {head!r}")
+    if (head == "va") != (eps is None):
+        raise ValueError(f"VA has no eps and ST/NMST need one, got head={head!r}, eps={eps!r}")
+    return "VA" if head == "va" else f"{head.upper()} ε={eps_book(eps)}"
+
+
+_ASCII_EPS = re.compile(r"\beps=(\d(?:\.\d+)?)e-0*(\d+)")
+
+
+def book_notation(label: str) -> str:
+    """A label the library stores in ASCII (results, decoder and model labels) in the book's
+    notation: ``eps=5e-04`` -> ``ε=5e-4``, ``alpha=1.5`` -> ``α=1.5``, ``Softmax-tau (tau=0.95)``
+    -> ``Softmax-T (T=0.95)`` (a temperature is T in the book). Everything else is kept."""
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a str, got {type(label).__name__}")
+    label = _ASCII_EPS.sub(r"ε=\1e-\2", label)
+    return label.replace("Softmax-tau", "Softmax-T").replace("tau=", "T=").replace("alpha=", "α=")
 
 
 def mean_std(values, digits: int = 1) -> str:

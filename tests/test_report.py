@@ -361,3 +361,49 @@ def test_provenance_rows_show_commands_without_machine_paths():
     assert shown_command(stamped) == "python -m nmst_lib gpt2 --only st --out <OUT> --threads 1"
     rows = provenance_rows([{"key": "k", "provenance": {"command": stamped}}])
     assert rows[0]["command"] == "python -m nmst_lib gpt2 --only st --out <OUT> --threads 1"
+
+
+# ----- the book's notation for eps, models and the library's ASCII labels ----------------
+
+
+@pytest.mark.parametrize("eps, ascii_, book", [(1e-4, "1e-04", "1e-4"), (5e-4, "5e-04", "5e-4"),
+                                              (2.5e-3, "2.5e-03", "2.5e-3"), (1.25e-5, "1.25e-05", "1.25e-5"),
+                                              (1e-2, "1e-02", "1e-2")])
+def test_eps_is_written_with_the_fewest_digits_that_give_it_back(eps, ascii_, book):
+    assert report.eps_text(eps) == ascii_ and float(ascii_) == eps
+    assert report.eps_book(eps) == book and float(book) == eps
+
+
+@pytest.mark.parametrize("bad", [0, 1, -1e-4, True, "5e-4", None])
+def test_eps_outside_zero_one_is_refused(bad):
+    with pytest.raises(ValueError, match=r"eps must be a number in \(0, 1\)"):
+        report.eps_text(bad)
+
+
+def test_model_names_are_the_books_and_refuse_an_eps_that_does_not_fit_the_head():
+    assert report.model_name("va") == "VA"
+    assert report.model_name("nmst", 2.5e-3) == "NMST ε=2.5e-3"
+    assert report.model_name("st", 1e-4) == "ST ε=1e-4"
+    for head, eps in (("va", 1e-4), ("st", None), ("entmax", None)):
+        with pytest.raises(ValueError):
+            report.model_name(head, eps)
+
+
+@pytest.mark.parametrize("label, book", [
+    ("NMST (eps=2.5e-03)", "NMST (ε=2.5e-3)"),
+    ("NMST-entmax (eps=5e-04, alpha=1.5)", "NMST-entmax (ε=5e-4, α=1.5)"),
+    ("Softmax-tau (tau=0.95)", "Softmax-T (T=0.95)"),
+    ("entmax loss (alpha=1.2)", "entmax loss (α=1.2)"),
+    ("Nucleus (P=0.95)", "Nucleus (P=0.95)"),
+    ("VA", "VA"),
+])
+def test_book_notation_rewrites_only_the_librarys_ascii_settings(label, book):
+    assert report.book_notation(label) == book
+
+
+def test_book_notation_of_a_stored_label_agrees_with_the_books_model_name():
+    for head, eps in (("st", 1e-4), ("nmst", 2.5e-3), ("nmst", 1e-5)):
+        stored = f"{head.upper()} (eps={report.eps_text(eps)})"  # as results store it
+        assert report.book_notation(stored) == f"{head.upper()} ({report.model_name(head, eps).split(' ', 1)[1]})"
+    with pytest.raises(TypeError):
+        report.book_notation(None)

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 
 from .._validation import check_eps
+from ..report import eps_text
 from .config_sections import (
     DATASETS,
     FIELD_SECTIONS,
@@ -150,17 +151,6 @@ def _short_count(n: int) -> str:
     return f"{n // 1000}k" if n % 1000 == 0 else str(n)
 
 
-def _short_eps(eps: float) -> str:
-    """eps in scientific notation with the fewest mantissa digits that give it back exactly:
-    ``1e-04``, ``5e-04``, ``2.5e-03`` (one digit would print 2.5e-3 as ``3e-03``). Keys and labels
-    of Chapters 6-8 (every eps of Chapter 6 and 8 has one digit, so their keys are unchanged)."""
-    for digits in range(16):
-        text = f"{eps:.{digits}e}"
-        if float(text) == eps:
-            return text
-    return repr(eps)
-
-
 def _unknown_fields(unknown) -> ValueError:
     """The error for flat names outside :data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`: each with its
     closest known name, then every known name."""
@@ -277,7 +267,7 @@ class ExperimentConfig:
         eps = (
             ""
             if self.eps is None
-            else f"-eps{_short_eps(self.eps)}".replace("e-0", "e-")
+            else f"-eps{eps_text(self.eps)}".replace("e-0", "e-")
         )
         alpha = "" if self.alpha is None else f"-a{self.alpha:g}"
         data = self.data
@@ -345,7 +335,7 @@ class ExperimentConfig:
         """Short label for plots, e.g. ``NMST+LSTM (eps=1e-04)``, ``ENTMAX+LSTM
         (alpha=1.5)``."""
         parts = (
-            [] if self.eps is None else [f"eps={_short_eps(self.eps)}"]
+            [] if self.eps is None else [f"eps={eps_text(self.eps)}"]
         ) + ([] if self.alpha is None else [f"alpha={self.alpha:g}"])
         head = self.head.upper()
         t = self.temperature or TemperatureOptions()

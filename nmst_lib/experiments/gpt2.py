@@ -50,6 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..report import eps_text  # re-exported: Chapter 7 names eps through it
 from .config import (
     GPT2_CPU_EPS,
     GPT2_FEATURED_EPS,
@@ -190,18 +191,6 @@ GPT2 = register(Family(
 def _records(results) -> list[dict]:
     """The data of the CURRENT results among ``results`` (StoredResults or result dicts)."""
     return current_records(results, need="config")
-
-
-def eps_text(eps: float) -> str:
-    """eps in short scientific notation with as many digits as it needs: ``5e-04``,
-    ``2.5e-03`` (not ``3e-03``, which one digit would round 2.5e-3 to). Chapter 7 (07_gpt2)."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-        raise ValueError(f"eps must be a number in (0, 1), got {eps!r}")
-    for digits in range(0, 16):
-        text = f"{eps:.{digits}e}"
-        if float(text) == eps:
-            return text
-    return repr(eps)
 
 
 def model_label(head: str, eps: float | None = None) -> str:

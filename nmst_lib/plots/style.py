@@ -217,13 +217,6 @@ def _format_number(value) -> str:
     return f"{value:g}"
 
 
-def _eps_text(eps: float) -> str:
-    """5e-4 -> '5e-4', 2.5e-3 -> '2.5e-3', 1e-2 -> '1e-2' (the book writes
-    eps in this form)."""
-    mantissa, exponent = f"{float(eps):.3e}".split("e")
-    return f"{float(mantissa):g}e{int(exponent)}"
-
-
 def _and_list(names) -> str:
     """("VA",) -> "VA"; ("VA", "ST") -> "VA and ST";
     ("VA", "ST", "NMST") -> "VA, ST and NMST"."""

@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 
 from .._validation import check_eps, check_positive_int, check_records
 from ..heads import eos_lower_bound
+from ..report import eps_book, model_name
 from .explorers import Control, Explorer
 from .style import (
     _MODEL_HEADS,
@@ -35,7 +36,6 @@ from .style import (
     STEP_AXIS_LABEL,
     _check_model_key,
     _default_style,
-    _eps_text,
     _figure_and_axes,
     _one_line_title,
 )
@@ -343,10 +343,6 @@ def _token_axis(
     ax.set_xlabel(STEP_AXIS_LABEL)
 
 
-def _model_label(head: str, eps) -> str:
-    return "VA" if head == "va" else f"{head.upper()} ε={_eps_text(eps)}"
-
-
 def _draw_models(ax, probs: dict, n: int, eps: float | None) -> None:
     """p(eos) of each model over the first ``n`` steps (VA, then ST and NMST
     by eps), and the lower bound of ``eps`` when given."""
@@ -360,7 +356,7 @@ def _draw_models(ax, probs: dict, n: int, eps: float | None) -> None:
             probs[(head, e)][:n],
             marker=".",
             markersize=4,
-            label=_model_label(head, e),
+            label=model_name(head, e),
             **HEAD_STYLES[head.upper()],
         )
     if eps is not None:
@@ -371,7 +367,7 @@ def _draw_models(ax, probs: dict, n: int, eps: float | None) -> None:
             color="0.55",
             linewidth=0.9,
             linestyle="-.",
-            label=f"f_lb(t), ε={_eps_text(eps)}",
+            label=f"f_lb(t), ε={eps_book(eps)}",
         )
 
 
@@ -553,7 +549,7 @@ def _eos_token_explorer(
     )
     limits = _line_limits(lines, max_tokens, eps_values)
     shown = tuple(
-        f"{'ST and NMST' if h == 'both' else h.upper()}, ε = {_eps_text(e)}"
+        f"{'ST and NMST' if h == 'both' else h.upper()}, ε = {eps_book(e)}"
         for h, e in choices
     )
     controls = (
