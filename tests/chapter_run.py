@@ -6,10 +6,14 @@ notebook's glue values and Markdown."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
-__all__ = ["POINT_AT", "glue_names", "glued", "glued_twice", "markdown_outputs", "store_as_seed"]
+__all__ = ["POINT_AT", "execute_on", "glue_names", "glued", "glued_twice", "isolate", "markdown_outputs",
+           "store_as_seed"]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Run first in the chapter's kernel: the published results are the copied part, and this
 # checkout's nmst_lib is the one imported.
@@ -83,3 +87,27 @@ def store_as_seed(family: str, data: dict, config, folder: Path, change) -> Path
     for stamp in ("schema", "key", "config_hash", "config", "profile"):
         copy.pop(stamp, None)
     return get_family(family).save(copy, config, folder)
+
+
+def isolate(monkeypatch, tmp_path: Path) -> None:
+    """The chapter's kernel writes nowhere real and shows the committed ``cpu`` profile:
+    ``NMST_RESULTS_DIR`` a fresh folder under ``tmp_path``, ``NMST_PROFILE=cpu``,
+    ``NMST_RETRAIN=0``, and this checkout first on ``PYTHONPATH``."""
+    monkeypatch.setenv("NMST_RESULTS_DIR", str(tmp_path / "written"))
+    monkeypatch.setenv("NMST_PROFILE", "cpu")
+    monkeypatch.setenv("NMST_RETRAIN", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def execute_on(nb, chapter: Path, published: Path, setup: str = ""):
+    """Execute the chapter notebook ``nb`` (read from ``chapter``) with its published results
+    read from ``published`` (the :data:`POINT_AT` cell, then ``setup``, run before its first
+    cell); returns ``nb``, executed."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    point = POINT_AT.format(root=str(ROOT), published=str(published)) + setup
+    nb.cells.insert(1, nbformat.v4.new_code_cell(point))
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(chapter.parent)}}).execute()
+    return nb

@@ -11,7 +11,6 @@ its prose uses is still set, and a finding that needs a missing model is listed 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -19,13 +18,13 @@ from pathlib import Path
 import nbformat
 import pytest
 from chapter_run import (
-    POINT_AT,
+    execute_on,
     glue_names,
     glued,
     glued_twice,
+    isolate,
     markdown_outputs,
 )
-from nbclient import NotebookClient
 
 from nmst_lib.experiments import (
     CURRENT,
@@ -89,15 +88,7 @@ def partial_store(tmp_path, monkeypatch):
             published_results_dir() / "wikitext2" / f"{c.key}.json",
             published / "wikitext2",
         )
-    monkeypatch.setenv("NMST_RESULTS_DIR", str(tmp_path / "written"))
-    monkeypatch.setenv("NMST_PROFILE", "cpu")
-    monkeypatch.setenv("NMST_RETRAIN", "0")
-    monkeypatch.setenv(
-        "PYTHONPATH",
-        os.pathsep.join(
-            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
-        ),
-    )
+    isolate(monkeypatch, tmp_path)
     return published, kept, dropped
 
 
@@ -109,16 +100,7 @@ def test_chapter_6_renders_from_a_stored_part_of_its_suite(partial_store):
         "ch6_summary_counts",
         "ch6_nmst_st_verdict",
     } <= wanted  # the scan finds the keys
-    setup = nbformat.v4.new_code_cell(
-        POINT_AT.format(root=str(ROOT), published=str(published))
-    )
-    nb.cells.insert(1, setup)
-    NotebookClient(
-        nb,
-        timeout=600,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(CHAPTER.parent)}},
-    ).execute()
+    execute_on(nb, CHAPTER, published)
 
     # the page is the stored part, not a quick run made here, and names what it leaves out
     shown = [t for t in markdown_outputs(nb) if "This page is showing" in t]

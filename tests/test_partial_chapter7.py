@@ -15,21 +15,20 @@ perplexity finding takes its noise band from the seeds. About 30-60 s.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 from chapter_run import (
-    POINT_AT,
+    execute_on,
     glue_names,
     glued,
     glued_twice,
+    isolate,
     markdown_outputs,
     store_as_seed,
 )
-from nbclient import NotebookClient
 
 from nmst_lib.experiments import CURRENT, load_result, published_results_dir
 from nmst_lib.experiments.config import GPT2_FEATURED_EPS
@@ -85,10 +84,7 @@ def partial_store(tmp_path, monkeypatch):
             first = next(d for d in kept if (d.head, d.eps, d.seed) == (c.head, c.eps, 0))
             seed0 = load_result(first, published_results_dir()).data
             store_as_seed("gpt2", seed0, c, published, _stand_in(c))
-    monkeypatch.setenv("NMST_RESULTS_DIR", str(tmp_path / "written"))
-    monkeypatch.setenv("NMST_PROFILE", "cpu")
-    monkeypatch.setenv("NMST_RETRAIN", "0")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    isolate(monkeypatch, tmp_path)
     return published, kept, dropped
 
 
@@ -97,9 +93,7 @@ def test_chapter_7_renders_from_a_stored_part_of_its_suite(partial_store):
     nb = nbformat.read(CHAPTER, as_version=4)
     wanted = glue_names(nb)
     assert {"ch7_summary_counts", "ch7_ppl_verdict", "ch7_t4_verdict"} <= wanted  # the scan finds the keys
-    nb.cells.insert(1, nbformat.v4.new_code_cell(POINT_AT.format(root=str(ROOT), published=str(published))))
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(CHAPTER.parent)}}).execute()
+    execute_on(nb, CHAPTER, published)
 
     # the page is the stored part, not a quick run made here, and names what it leaves out
     shown = [t for t in markdown_outputs(nb) if "This page is showing" in t]

@@ -14,21 +14,20 @@ About 40-60 s.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 from chapter_run import (
-    POINT_AT,
+    execute_on,
     glue_names,
     glued,
     glued_twice,
+    isolate,
     markdown_outputs,
     store_as_seed,
 )
-from nbclient import NotebookClient
 
 from nmst_lib.experiments import CURRENT, published_results_dir
 from nmst_lib.experiments.sparse import (
@@ -74,8 +73,7 @@ def partial_store(tmp_path, monkeypatch):
             store_as_seed("sparse", source, c, published, _spread_eps_ppl(c.model.seed))
     # the tolerance for eps-perplexity reads Chapter 6's seeds
     shutil.copytree(published_results_dir() / "wikitext2", published / "wikitext2")
-    monkeypatch.setenv("NMST_RESULTS_DIR", str(tmp_path / "written"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    isolate(monkeypatch, tmp_path)
     return published, dropped[0]
 
 
@@ -84,9 +82,7 @@ def test_chapter_8_renders_from_a_stored_part_of_its_suite_and_averages_seeds(pa
     nb = nbformat.read(CHAPTER, as_version=4)
     wanted = glue_names(nb)
     assert {"ch8_summary_counts", "ch8_t4_verdict", "ch8_t5_verdict", "ch8_training", "ch8_seeds"} <= wanted
-    nb.cells.insert(1, nbformat.v4.new_code_cell(POINT_AT.format(root=str(ROOT), published=str(published))))
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(CHAPTER.parent)}}).execute()
+    execute_on(nb, CHAPTER, published)
 
     notices = [t for t in markdown_outputs(nb) if "missing from the committed" in t]
     assert len(notices) == 1 and dropped in notices[0] and "1 of the 4 models" in notices[0], notices

@@ -13,20 +13,19 @@ each finding whose model is missing is listed as *not run*, naming it. About 40-
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 from chapter_run import (
-    POINT_AT,
+    execute_on,
     glue_names,
     glued,
     glued_twice,
+    isolate,
     markdown_outputs,
 )
-from nbclient import NotebookClient
 
 from nmst_lib.experiments import CURRENT, published_results_dir
 from nmst_lib.experiments import config as C
@@ -63,10 +62,7 @@ def converged_store(tmp_path, monkeypatch):
         shutil.copy(path, published / "temperature")
     # the baselines: Chapter 6's converged LSTMs
     shutil.copytree(published_results_dir() / "wikitext2", published / "wikitext2")
-    monkeypatch.setenv("NMST_RESULTS_DIR", str(tmp_path / "written"))
-    monkeypatch.setenv("NMST_PROFILE", "cpu")
-    monkeypatch.setenv("NMST_RETRAIN", "0")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    isolate(monkeypatch, tmp_path)
     missing = [c.key for c in suite if c.key not in found]
     return published, missing
 
@@ -76,10 +72,7 @@ def test_chapter_9_renders_from_a_stored_part_of_its_converged_suite(converged_s
     nb = nbformat.read(CHAPTER, as_version=4)
     wanted = glue_names(nb)
     assert {"ch9_summary_counts", "ch9_ppl_verdict", "ch9_train_budget", "ch9_t4_verdict"} <= wanted
-    point = POINT_AT.format(root=str(ROOT), published=str(published)) + SWITCH
-    nb.cells.insert(1, nbformat.v4.new_code_cell(point))
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(CHAPTER.parent)}}).execute()
+    execute_on(nb, CHAPTER, published, setup=SWITCH)
 
     values = glued(nb)
     assert glued_twice(nb) == []  # the book build fails on a key glued twice
