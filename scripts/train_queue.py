@@ -2,6 +2,7 @@
 
     python scripts/train_queue.py plan                 the queue, one model per line, in order
     python scripts/train_queue.py start WORK [LANES]   LANES (default 2) lanes in the background
+    python scripts/train_queue.py start WORK --update-tree   first move WORK/tree to this HEAD
     python scripts/train_queue.py status WORK          done, running and still to run, with times
     python scripts/train_queue.py lane WORK            one lane in the foreground (what start runs)
 
@@ -23,6 +24,12 @@ empty. A model is done when a CURRENT result of it is in ``WORK/out``, in ``pend
 or in the published store of the worktree, so a plan restarted on a new machine skips what is
 committed. Lanes stop when the session that started them ends; ``start`` again resumes every
 model from its last epoch. Commit each result as it lands (``pending_results/README.md``).
+
+``--update-tree`` moves ``WORK/tree`` to this checkout's HEAD before the lanes start (refused
+while a lane runs), so that a plan whose suites grew (e.g. the seeds of Chapters 7 and 8) trains
+them from a newer clean commit. A model resumed there from an older commit's checkpoint is
+stamped with the new commit: do it only when the training code of the models in flight is the
+same at both (``git diff OLD NEW -- nmst_lib`` says), and say so where the results are committed.
 """
 
 from __future__ import annotations
@@ -163,9 +170,25 @@ def run_lane(work: Path) -> None:
             return
 
 
-def start(work: Path, lanes: int) -> None:
+def update_tree(work: Path, rev: str) -> None:
+    """Move ``WORK/tree`` (a clean worktree) to commit ``rev``; refused while a lane holds a
+    claim, since its child trains with the tree's code."""
+    claims = work / "claims"
+    live = [p.name for p in sorted(claims.glob("*")) if (p / "pid").is_file()
+            and _alive(int((p / "pid").read_text()))] if claims.is_dir() else []
+    if live:
+        raise SystemExit(f"lanes are running ({', '.join(live)}): stop them before --update-tree")
+    subprocess.run(["git", "-C", str(work / "tree"), "checkout", "--quiet", "--detach", rev], check=True)
+
+
+def start(work: Path, lanes: int, update: bool = False) -> None:
     work.mkdir(parents=True, exist_ok=True)
     tree = work / "tree"
+    if update and tree.is_dir():
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        update_tree(work, head)
+        print(f"[start] {tree} moved to {head[:10]}")
     if not tree.is_dir():
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), "HEAD"], check=True)
     dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain"], capture_output=True, text=True,
@@ -210,6 +233,7 @@ def main(argv=None) -> None:
     s = sub.add_parser("start", help="start the lanes in the background")
     s.add_argument("work", type=Path)
     s.add_argument("lanes", type=int, nargs="?", default=2)
+    s.add_argument("--update-tree", action="store_true", help="move WORK/tree to this HEAD first")
     for name in ("status", "lane"):
         sub.add_parser(name).add_argument("work", type=Path)
     args = p.parse_args(argv)
@@ -219,7 +243,7 @@ def main(argv=None) -> None:
     elif args.command == "start":
         if args.lanes < 1:
             raise SystemExit("lanes must be >= 1")
-        start(args.work.resolve(), args.lanes)
+        start(args.work.resolve(), args.lanes, update=args.update_tree)
     elif args.command == "status":
         status(args.work.resolve())
     else:

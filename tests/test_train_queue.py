@@ -109,3 +109,17 @@ def test_a_model_with_a_current_result_is_done_wherever_it_is_stored(tq, plan, t
     target.parent.mkdir(parents=True)
     target.write_bytes(Path(stored.path).read_bytes())
     assert tq.where_done(family, config, tmp_path) == "WORK/out"
+
+
+def test_update_tree_is_refused_while_a_lane_runs_and_checks_out_the_commit_otherwise(tq, tmp_path, monkeypatch):
+    """--update-tree moves the worktree only when no lane holds a claim (a live lane's child
+    trains with the tree's code)."""
+    calls = []
+    monkeypatch.setattr(tq.subprocess, "run", lambda args, **kw: calls.append(args))
+    assert tq.claim(tmp_path, "some-model")  # this process plays a live lane
+    with pytest.raises(SystemExit, match="lanes are running \\(some-model\\)"):
+        tq.update_tree(tmp_path, "abc123")
+    assert calls == []
+    tq.release(tmp_path, "some-model")
+    tq.update_tree(tmp_path, "abc123")
+    assert calls == [["git", "-C", str(tmp_path / "tree"), "checkout", "--quiet", "--detach", "abc123"]]
