@@ -66,7 +66,8 @@ def test_the_script_adds_chapter_8s_eps_perplexity_selection_for_the_sparse_suit
     assert EPS_PPL_CPU_RECIPE == {**RECIPE, "select_on": "eps_ppl"}
     assert CPU_RECIPES["converged-eps-ppl"] == EPS_PPL_CPU_RECIPE
     configs = get_family("sparse").configs("cpu", **EPS_PPL_CPU_RECIPE)
-    assert [c.model.training.select_on for c in configs] == [None, "eps_ppl", "eps_ppl", "eps_ppl"]
+    # every seed's softmax model by its perplexity, the entmax models by eps-perplexity
+    assert [c.model.training.select_on for c in configs] == [None, "eps_ppl", "eps_ppl", "eps_ppl"] * 3
     # the softmax model is still Chapter 6's LSTM VA seed 0
     assert training_config("sparse", configs[0]).key == "cpu-lstm-va-bpe4k-nounk-seed0"
 
@@ -131,7 +132,7 @@ def test_the_suite_command_sets_fields_for_every_model(tmp_path, capsys):
     keys = [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()]
     assert keys == [c.key for c in get_family("sparse").configs("cpu", vocab_kind="bpe", vocab_cap=4000,
                                                                 drop_unk=True)]
-    assert all(key.endswith("-bpe4k-nounk-seed0") for key in keys)
+    assert [key.rsplit("-", 1)[0].endswith("-bpe4k-nounk") for key in keys] == [True] * 12  # 4 models, 3 seeds
     assert cli.main(argv + ["--set", "seed=2"]) == 2
     assert "overrides cannot set seed" in capsys.readouterr().err
 
@@ -152,7 +153,8 @@ def test_the_scripts_gpt2_recipe_is_chapter_7s_converged_recipe_and_keeps_every_
     plain = get_family("gpt2").configs("cpu")
     tuned = get_family("gpt2").configs("cpu", **GPT2_CONVERGED_CPU_RECIPE)
     assert [(c.head, c.eps, c.seed) for c in tuned] == [(c.head, c.eps, c.seed) for c in plain]
-    assert all(c.key.endswith("-nounk-seed0") and c.data.max_train_tokens is None for c in tuned)
+    assert all(c.key.rsplit("-", 1)[0].endswith("-nounk") and c.data.max_train_tokens is None for c in tuned)
+    assert {c.seed for c in tuned} == {0, 1, 2}
 
 
 def test_the_gpt2_cpu_profile_is_the_converged_gpt2_recipe():
