@@ -63,6 +63,9 @@ def test_one_seed_of_every_configuration_comes_first_chapter_7_leading(tq, plan)
     # VA, then ST and NMST of each eps side by side (the pairs Table 2 compares land together)
     assert [(c.head, c.eps) for _, c in plan[1:7]] == [(h, e) for e in sorted({c.eps for _, c in plan[1:7]})
                                                         for h in ("st", "nmst")]
+    # then every seed 1 before any seed 2 (a band from seeds needs two), Chapter 7's first
+    later = seeds[first_later:]
+    assert later == sorted(later) and later[0] == 1 and plan[first_later][0] == "gpt2"
     # Chapter 9's parameter-matched VA (fast) before its contextual-temperature models
     ch9 = [c for f, c in plan if f == "temperature"]
     assert get_family("temperature").training_config(ch9[0]).model.hidden != 128
