@@ -60,11 +60,11 @@ RECIPES = {"wikitext2": CONVERGED_CPU_RECIPE, "gpt2": GPT2_CONVERGED_CPU_RECIPE,
 """Each family's converged recipe: the ``--set`` fields of its suite (Chapter 6's and, since
 Chapter 7 switched, Chapter 7's change nothing: they are the profile's own)."""
 
-MINUTES = {"wikitext2": 40, "gpt2": 60, "sparse": 150, "temperature": 120}
-"""Measured minutes per model on one shared core, for the estimates of ``status``: Chapter 6
-20-50, Chapter 7 5-9 epochs of 6-9 minutes, Chapter 8's entmax models about 5 minutes an epoch
-for about 30 epochs, Chapter 9's contextual-temperature models about 230 s an epoch for about
-40 epochs (its parameter-matched VA is a Chapter 6 model)."""
+MINUTES = {"wikitext2": 50, "gpt2": 65, "sparse": 130, "temperature": 150}
+"""Measured minutes of training per model on one shared core (``provenance.train_seconds`` of the
+converged results, sessions 15-18), for the estimates of ``status``: Chapter 6 20-83 (mean 50),
+Chapter 7 42-85 (its seeds 1-2 decode greedily only, so a little less), Chapter 8's entmax models
+117-128, Chapter 9's contextual-temperature VA 157 (its parameter-matched VA 142)."""
 
 SEED_ORDER = ("gpt2", "wikitext2", "temperature", "sparse")
 """After every seed-0 model: every model's seed 1 before any seed 2, since a noise band from seeds
