@@ -89,8 +89,10 @@ def test_a_partial_page_shows_the_stored_models_and_names_the_missing_one(tmp_pa
     assert [s.path.stem for s in page.left_out] == [c.key for c in gone]
     (notice,) = page.notices()
     assert f"showing the {len(CPU) - 3} `cpu` results that are stored" in notice
-    assert all(c.key in notice for c in gone) and "is listed as *not run*" in notice
-    assert "further seeds" not in notice
+    # the model is named once, by its key without the seed, with the seeds it lacks
+    model = ST.key.removesuffix("-seed0")
+    assert f"1 model of the suite is missing or STALE ({model} (seeds 0, 1 and 2))" in notice, notice
+    assert "is listed as *not run*" in notice and "further seeds" not in notice
 
 
 def test_a_missing_seed_of_a_model_shown_is_named_as_a_seed_not_as_a_missing_model(tmp_path, trained):
@@ -100,13 +102,28 @@ def test_a_missing_seed_of_a_model_shown_is_named_as_a_seed_not_as_a_missing_mod
     page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=later), needs=has_va)
     assert page.profile == "cpu" and page.partial and trained == []
     (notice,) = page.notices()
-    assert f"{len(later)} further seeds of the models shown are not stored yet" in notice
-    assert all(c.key in notice for c in later) and "not run" not in notice
+    models = len(later)
+    assert f"{len(later)} further seeds of the models shown are not stored yet " \
+        f"(seed 2 of each of the {models} models shown)" in notice, notice
+    assert "not run" not in notice
     both = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path / "b", leave_out=later + seeds_of(ST)),
                         needs=has_va)
     (notice,) = both.notices()
-    assert "3 of the suite are missing or STALE" in notice
+    assert "1 model of the suite is missing or STALE" in notice
     assert f"{len(later) - 1} further seeds of the models shown" in notice
+
+
+def test_further_seeds_are_grouped_by_the_seeds_each_model_lacks(tmp_path, trained):
+    """Models that lack different seeds are listed per group of seeds (a suite whose second seed
+    is trained for some models only), each model by its key without the seed."""
+    later = [c for c in CPU if c.seed == 2] + [c for c in seeds_of(VA) if c.seed == 1]
+    page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=later), needs=has_va)
+    (notice,) = page.notices()
+    va = VA.key.removesuffix("-seed0")
+    assert f"{len(later)} further seeds of the models shown are not stored yet (seeds 1 and 2 of {va}; " \
+        "seed 2 of " in notice, notice
+    others = {c.key.removesuffix("-seed2") for c in CPU if c.seed == 2} - {va}
+    assert all(m in notice for m in others) and "-seed" not in notice
 
 
 def test_without_what_the_page_needs_it_falls_back_to_a_quick_run_and_says_why(tmp_path, trained):

@@ -108,7 +108,8 @@ def test_chapter_6_renders_from_a_stored_part_of_its_suite(partial_store):
         len(shown) == 1
         and f"the {len(kept)} `cpu` results that are stored" in shown[0]
     ), shown
-    assert all(c.key in shown[0] for c in dropped), shown[0]
+    # each by its model's key without the seed
+    assert all(re.sub(r"-seed\d+$", "", c.key) in shown[0] for c in dropped), shown[0]
     # every numbered figure is drawn
     for cell in nb.cells:
         if cell.get("metadata", {}).get("mystnb", {}).get("figure"):

@@ -3,7 +3,8 @@ profile the reader chose; the subset of them that is CURRENT when some are missi
 still make the page (the suite is trained in the background and committed run by run, so a page
 often has only part of a profile); or, when too little is stored or the reader asked to retrain,
 a run made here. One rule for every chapter, so that the notice a reader sees reads the same on
-every page, and a chapter never re-implements the choice.
+every page, and a chapter never re-implements the choice. (Chapter 8 reads its suite itself, since
+its softmax model is Chapter 6's VA evaluated again, but shows the same :func:`partial_notice`.)
 
 The pieces a page needs are in :class:`PageResults`: the results it shows, the ones it leaves
 out (named), the profile it ended up showing, and the notices that say so
@@ -84,25 +85,61 @@ def _model_of(result: StoredResult) -> str:
     return re.sub(r"-seed\d+$", "", result.path.stem)
 
 
+def _seed_of(result: StoredResult) -> int:
+    """The seed a stored result was trained with: the ``N`` of the ``-seed{N}`` its key ends with."""
+    return int(re.search(r"-seed(\d+)$", result.path.stem).group(1))
+
+
+def _seeds_words(seeds: Sequence[int]) -> str:
+    """``seed 2``, ``seeds 1 and 2``, ``seeds 0, 1 and 2``."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return "seeds " + ", ".join(map(str, seeds[:-1])) + f" and {seeds[-1]}"
+
+
+def _by_model(results: Sequence[StoredResult]) -> dict[str, list[int]]:
+    """Each model of ``results`` (in order of first appearance) with its seeds there, sorted."""
+    out: dict[str, list[int]] = {}
+    for s in results:
+        out.setdefault(_model_of(s), []).append(_seed_of(s))
+    return {model: sorted(seeds) for model, seeds in out.items()}
+
+
 def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResult],
                    profile: str) -> str:
     """The paragraph a partial page shows: how many results are stored and shown; which models
-    of the suite are missing or STALE (by key), whose findings the page lists as not run; and
-    which further seeds of the models shown are not stored yet, whose tables are the means of
-    the stored seeds."""
+    of the suite are missing or STALE (named by their key without the seed, with the seeds when
+    there are several), whose findings the page lists as not run; and which further seeds of the
+    models shown are not stored yet, grouped by the seeds they lack, whose tables are the means
+    of the stored seeds."""
     models_shown = {_model_of(s) for s in shown}
-    seeds = [s for s in left_out if _model_of(s) in models_shown]
-    models = [s for s in left_out if _model_of(s) not in models_shown]
-    names = lambda results: ", ".join(s.path.stem for s in results)  # noqa: E731
+    lacking = _by_model(left_out)
+    missing = {m: seeds for m, seeds in lacking.items() if m not in models_shown}
+    later = {m: seeds for m, seeds in lacking.items() if m in models_shown}
     parts = [f"**This page is showing the {len(shown)} `{profile}` results that are stored**"]
-    if models:
-        parts.append(f"{len(models)} of the suite are missing or STALE ({names(models)}): the tables "
-                     "and figures leave them out, and a finding that needs one of them is listed as "
+    if missing:
+        names = ", ".join(m + (f" ({_seeds_words(seeds)})" if len(seeds) > 1 else "")
+                          for m, seeds in missing.items())
+        one = len(missing) == 1
+        parts.append(f"{len(missing)} model{'' if one else 's'} of the suite {'is' if one else 'are'} "
+                     f"missing or STALE ({names}): the tables and figures leave "
+                     f"{'it' if one else 'them'} out, and a finding that needs one is listed as "
                      "*not run*, naming it")
-    if seeds:
-        parts.append(f"{len(seeds)} further seeds of the models shown are not stored yet "
-                     f"({names(seeds)}): each table shows the mean over a model's stored seeds, and a "
-                     "finding's noise band comes from seeds where both models compared have two or more")
+    if later:
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for m, seeds in later.items():
+            groups.setdefault(tuple(seeds), []).append(m)
+        if len(groups) == 1 and len(later) == len(models_shown):
+            ((seeds, _),) = groups.items()
+            what = (f"{_seeds_words(seeds)} of "
+                    + ("the model shown" if len(later) == 1 else f"each of the {len(later)} models shown"))
+        else:
+            what = "; ".join(f"{_seeds_words(seeds)} of {', '.join(ms)}" for seeds, ms in groups.items())
+        n = sum(len(seeds) for seeds in later.values())
+        parts.append(f"{n} further seed{'' if n == 1 else 's'} of the models shown "
+                     f"{'is' if n == 1 else 'are'} not stored yet ({what}): each table shows the mean "
+                     "over a model's stored seeds, and a finding's noise band comes from seeds where "
+                     "both models compared have two or more")
     return "; ".join(parts) + "."
 
 
