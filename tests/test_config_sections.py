@@ -43,7 +43,7 @@ FAMILY_OF_SCHEMA = {
 
 
 def test_there_are_stored_results():
-    assert len(STORED) >= 40
+    assert len(STORED) >= 30  # every chapter's seed-0 models at least
     assert any(p.parent.name == "gpt2" for p in STORED)
 
 

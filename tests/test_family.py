@@ -14,9 +14,10 @@ from nmst_lib.experiments import results as R
 from nmst_lib.experiments.config import canonical_hash
 
 BOOK_FAMILIES = ("wikitext2", "gpt2", "sparse", "temperature")
-PARTIAL_FAMILIES = ("wikitext2", "gpt2", "sparse")
-"""Families whose cpu suite is published in part: Chapters 6-8's converged runs and their seeds land
-run by run (issue 23), and their pages show the stored part with the rest named."""
+PARTIAL_FAMILIES = ("wikitext2", "gpt2", "sparse", "temperature")
+"""Families whose cpu suite may be published in part: Chapters 6-9's converged runs and their seeds
+land run by run (issue 23), and their pages show the stored part with the rest named. (Chapter 9's
+first-edition suite is published whole; its converged one in part once the chapter switches.)"""
 
 
 def _published_configs(name):
@@ -59,7 +60,7 @@ def test_every_published_result_of_every_family_loads_current_through_the_one_re
 
     published = R.published_results_dir()
     files = {p.resolve() for p in published.rglob("*.json")}
-    assert len(files) >= 40
+    assert len(files) >= 30  # every chapter's seed-0 models at least
     loaded = {}
     for name in BOOK_FAMILIES:
         family = F.get_family(name)
@@ -67,8 +68,8 @@ def test_every_published_result_of_every_family_loads_current_through_the_one_re
         if name in PARTIAL_FAMILIES:
             configs = [c for c, _ in _published_configs(name)]
             assert configs, name
-        if name == "wikitext2":
-            configs = configs + baseline_configs("cpu")
+        if name == "wikitext2":  # Chapter 9's baselines, where they are not Chapter 6's own runs
+            configs = configs + [c for c in baseline_configs("cpu") if c not in family.configs("cpu")]
         for config in configs:
             stored = family.load(config, published)
             assert stored.status == R.CURRENT, (

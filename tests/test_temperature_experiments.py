@@ -27,6 +27,7 @@ from nmst_lib.experiments import (
     train,
     training_hash,
 )
+from nmst_lib.experiments import config as C
 from nmst_lib.experiments.config import WORD_CPU_RECIPE, chapter_recipe
 from nmst_lib.experiments.config_sections import TemperatureOptions
 from nmst_lib.experiments.model_setup import build_model_for
@@ -463,33 +464,48 @@ def test_analyses_reject_bad_input():
 # ------------------------------------------------------------------------- suite and store
 
 
-def test_suite_configs_are_chapter_6_lstm_plus_temperature():
+# Chapter 9's cpu suite under each of its two recipes: the first editions' (word-4-epochs) until the
+# chapter switches, the converged one after (issue 23). Keys get the vocabulary's suffix, and the
+# parameter-matched VA is matched again for the vocabulary (162 units with 5,003 words, 159 with
+# 4,000 pieces).
+RECIPES = {"word-4-epochs": ("", 162), "converged-unigram-hold": ("-bpe4k-nounk", 159)}
+LIBRARY_RECIPE = C.CHAPTER_CPU_RECIPE["temperature"]  # the recipe the committed results follow
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_suite_configs_are_chapter_6_lstm_plus_temperature(recipe, monkeypatch):
+    monkeypatch.setitem(C.CHAPTER_CPU_RECIPE, "temperature", recipe)
+    suffix, h = RECIPES[recipe]
     configs = T.temperature_suite_configs("cpu")
-    assert [c.key for c in configs] == [
-        "cpu-lstm-va-ct-sig-a1-b0.5-lsdet-seed0", "cpu-lstm-nmst-eps5e-4-ct-sig-a1-b0.5-lsdet-seed0",
-        "cpu-lstm-va-ct-sig-a1-b0.5-nols-seed0", "cpu-lstm-va-ct-sig-a1-b0.5-seed0",
-        "cpu-lstm-va-ct-pow-l4-lsdet-seed0", "cpu-lstm-va-ct-shift-l3-lsdet-seed0",
-        "cpu-lstm-va-ct-smax-a1-b0.5-lsdet-seed0", "cpu-lstm-va-mos3-seed0",
-        "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed0",
-        "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed1", "cpu-lstm-va-ct-sig-a0.5-b1-lsdet-seed2",
-        "cpu-lstm-va-h162-seed0", "cpu-lstm-va-h162-seed1", "cpu-lstm-va-h162-seed2"]
+    stems = ["cpu-lstm-va-ct-sig-a1-b0.5-lsdet", "cpu-lstm-nmst-eps5e-4-ct-sig-a1-b0.5-lsdet",
+             "cpu-lstm-va-ct-sig-a1-b0.5-nols", "cpu-lstm-va-ct-sig-a1-b0.5", "cpu-lstm-va-ct-pow-l4-lsdet",
+             "cpu-lstm-va-ct-shift-l3-lsdet", "cpu-lstm-va-ct-smax-a1-b0.5-lsdet", "cpu-lstm-va-mos3",
+             "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet"]
+    assert [c.key for c in configs] == (
+        [f"{stem}{suffix}-seed0" for stem in stems]
+        + [f"cpu-lstm-va-ct-sig-a0.5-b1-lsdet{suffix}-seed{i}" for i in range(3)]
+        + [f"cpu-lstm-va-h{h}{suffix}-seed{i}" for i in range(3)])
     # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
     assert [c.model.value("detach_loss_scale") for c in configs] == [True, True, False, False, True, True, True, False, True,
                                                             True, True, True, False, False, False]
-    assert configs[-1].label == "VA+LSTM (hidden 162)"
-    # Chapter 6's LSTM by Chapter 9's recipe (the word recipe until Chapter 9's converged runs are in)
+    assert configs[-1].label == f"VA+LSTM (hidden {h})"
+    # Chapter 6's LSTM by Chapter 9's recipe
     ch6 = make_config("cpu", "lstm", "va", **chapter_recipe("temperature", "cpu")).to_dict()
     for c in configs:
         d = c.model.to_dict()
-        for k in set(ch6) - {"decoders", "head", "eps", "seed"} - ({"hidden"} if "-h162-" in c.key else set()):
+        for k in set(ch6) - {"decoders", "head", "eps", "seed"} - ({"hidden"} if f"-h{h}-" in c.key else set()):
             assert d[k] == ch6[k], (c.key, k)
         featured = (configs[0].key, configs[1].key, configs[3].key, configs[9].key)
         assert c.model.decoding.decoders == (T.CT_DECODERS if c.key in featured else ("greedy",))
-    assert [c.key for c in T.baseline_configs("cpu")] == [
-        "cpu-lstm-va-seed0", "cpu-lstm-va-seed1", "cpu-lstm-va-seed2",
-        "cpu-lstm-nmst-eps5e-4-seed0", "cpu-lstm-nmst-eps5e-4-seed1", "cpu-lstm-nmst-eps5e-4-seed2"]
-    assert all(s.status == CURRENT for s in T.load_baselines("cpu"))  # Chapter 6's LSTMs, committed
-    assert all(c.training.max_epochs == 4 and c.data.vocab_kind == "word" for c in T.baseline_configs("cpu"))
+    assert [c.key for c in T.baseline_configs("cpu")] == (
+        [f"cpu-lstm-va{suffix}-seed{i}" for i in range(3)]
+        + [f"cpu-lstm-nmst-eps5e-4{suffix}-seed{i}" for i in range(3)])
+    word = recipe == "word-4-epochs"
+    assert all(c.training.max_epochs == (4 if word else 60) and c.data.vocab_kind == ("word" if word else "bpe")
+               for c in T.baseline_configs("cpu"))
+    if recipe == LIBRARY_RECIPE:  # Chapter 6's LSTMs by it are committed: seed 0 of each at least
+        status = [s.status for s in T.load_baselines("cpu")]
+        assert STALE not in status and status[0] == status[3] == CURRENT, status
     with pytest.raises(ValueError, match="unknown profile"):
         T.temperature_suite_configs("laptop")
 
@@ -640,7 +656,8 @@ def test_table_builders_on_synthetic_results():
     assert [r["key"] for r in rows[2:]] == ([c.key for c in cs[:9]] + [",".join(c.key for c in cs[9:12])]
                                             + [",".join(c.key for c in cs[12:])])
     matched = rows[-1]  # seeds 0-2 of the parameter-matched VA: val ppl 112, 113, 114
-    assert matched["model"] == "VA+LSTM (hidden 162)" and matched["val ppl"] == pytest.approx(113.0)
+    assert matched["model"] == f"VA+LSTM (hidden {cs[-1].model.model.hidden})"
+    assert matched["val ppl"] == pytest.approx(113.0)
     assert matched["params"] != va["params"]
     centred = rows[-2]  # seeds 0-2 of the (a, b) = (1/2, 1) model: val ppl 109, 110, 111
     assert centred["seeds"] == 3 and centred["val ppl"] == pytest.approx(110.0)
@@ -674,13 +691,17 @@ def test_cli_dry_run_lists_the_cpu_suite_with_keys(tmp_path, capsys):
     assert cli.main(["temperature", "--profile", "cpu", "--dry-run", "--only", "pow,mos3", "--out",
                      str(tmp_path)]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()] == [
-        "cpu-lstm-va-ct-pow-l4-lsdet-seed0", "cpu-lstm-va-mos3-seed0", "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet-seed0"]
+        c.key for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]
+    # the power-tanh model, MoS and CT-MoS
+    assert len([c for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]) == 3
 
 
 def test_cli_errors(tmp_path, capsys):
     assert cli.main(["temperature", "--profile", "cpu", "--dry-run", "--only", "nope", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "no model of the cpu temperature suite" in err and "cpu-lstm-va-mos3-seed0" in err
+    mos = next(c.key for c in T.temperature_suite_configs("cpu") if c.key.startswith("cpu-lstm-va-mos3-")
+               and "-ct-" not in c.key)
+    assert "no model of the cpu temperature suite" in err and mos in err
     with pytest.raises(SystemExit):
         cli.main(["temperature", "--profile", "laptop"])
     assert cli.main(["temperature", "--profile", "cpu", "--dry-run", "--only", ",", "--out", str(tmp_path)]) == 2
@@ -688,23 +709,27 @@ def test_cli_errors(tmp_path, capsys):
         T.run_temperature_suite("quick", only=3, results_dir=tmp_path)
 
 
-def test_parameter_matched_va_is_the_closest_plain_lstm_to_ct_va():
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_parameter_matched_va_is_the_closest_plain_lstm_to_ct_va(recipe, monkeypatch):
     """Chapter 9's parameter-matched baseline: the plain VA LSTM whose parameter count is the
     closest to CT-VA's (its neighbours H - 1 and H + 1 are farther), counted on the model the
-    config builds; the cpu suite trains it with as many seeds as the centred model."""
+    config builds; the cpu suite trains it with as many seeds as the centred model. A word
+    vocabulary adds pad, eos and unk to its words; a BPE vocabulary's size counts them."""
     from nmst_lib.experiments import temperature_suite as T
     from nmst_lib.experiments.model_setup import build_model_for
 
+    monkeypatch.setitem(C.CHAPTER_CPU_RECIPE, "temperature", recipe)
     cpu = T.temperature_suite_configs("cpu")
     ct = cpu[0].model
     V = T.vocabulary_size_of(ct)
-    assert V == ct.data.vocab_cap + 3
+    assert V == ct.data.vocab_cap + (3 if ct.data.vocab_kind == "word" else 0)
     assert T.parameter_count(ct, V) == sum(p.numel() for p in build_model_for(ct, V).parameters())
     H = T.parameter_matched_hidden(ct, V)
     matched = [c.model for c in cpu if c.model.model.hidden == H]
     assert [m.seed for m in matched] == [0, *T.CENTRED_EXTRA_SEEDS["cpu"]]
-    assert all(m.head == "va" and m.temperature is None and m.key == f"cpu-lstm-va-h{H}-seed{m.seed}"
-               for m in matched)
+    suffix, h = RECIPES[recipe]
+    assert H == h and all(m.head == "va" and m.temperature is None
+                          and m.key == f"cpu-lstm-va-h{H}{suffix}-seed{m.seed}" for m in matched)
     want = T.parameter_count(ct, V)
     gap = lambda h: abs(T.parameter_count(matched[0].replace(hidden=h), V) - want)
     assert gap(H) <= gap(H - 1) and gap(H) <= gap(H + 1)
