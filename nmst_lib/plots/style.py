@@ -338,7 +338,8 @@ def shared_legend(
     removed from them first (e.g. ``r" \\(0 from L = [\\d,]+\\)"``, the
     panel-specific note of :func:`~nmst_lib.plots.termination.rnt_plot`).
     Call after ``tight_layout`` is not needed: the figure's bottom margin is
-    made room for here. Chapter 6 (``06_wikitext``)."""
+    made room for here, in inches, so a stack of panels gets the same gap as
+    one row. Chapters 6 and 9 (``06_wikitext``, ``09_temperature``)."""
     axes = list(np.ravel(axes))
     seen: dict[str, object] = {}
     for ax in axes:
@@ -352,7 +353,11 @@ def shared_legend(
         return fig
     ncol = ncol or min(len(seen), 6)
     rows = math.ceil(len(seen) / ncol)
-    fig.tight_layout(rect=(0, 0.06 + 0.07 * rows, 1, 1))
+    # the legend's height in inches (a row of labels at ``fontsize``, and a
+    # margin), as a fraction of the figure's: the same gap under a one-row
+    # figure as under a tall stack of panels
+    legend_inches = 0.15 + rows * 1.6 * fontsize / 72
+    fig.tight_layout(rect=(0, min(0.6, legend_inches / fig.get_figheight()), 1, 1))
     fig.legend(
         list(seen.values()),
         list(seen),
