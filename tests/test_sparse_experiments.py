@@ -312,6 +312,9 @@ def test_table_builders_return_rows_for_the_chapter(quick_suite):
     methods = [r["method"] for r in t2]
     assert methods[:5] == ["Softmax", "Softmax-tau (tau=0.95)", "Greedy", "Top-k (k=50)", "Nucleus (P=0.95)"]
     assert methods[5:] == ["Entmax (alpha=1.5)", "NMST-entmax", "Entmax (alpha=1.2)"]
+    # the row of Martins et al.'s Table 2 each stands for, by the paper's name (none for NMST-entmax)
+    assert [r["paper row"] for r in t2] == ["Softmax", "Softmax-tau", "Greedy", "Top-k", "Nucleus", "Entmax",
+                                            None, "Entmax"]
     assert all({"sp", "JS", "eps-ppl", "REP", "WREP"} <= set(r) for r in t2)
     t5 = sparse.table5_rows(results)
     assert len(t5) == sum(len(r.data["teacher_forced"]["decoders"]) for r in results) == 7 + 3 * 5

@@ -671,12 +671,23 @@ def test_table_builders_on_synthetic_results():
     assert [r["val ppl"] for r in ls] == [102.0, 103.0, 100.0]
     rnt = T.temperature_rnt_rows(recs, base)
     assert {r["decoder"] for r in rnt} == {"greedy", "top-2"}  # the baselines' beam-2 is left out
+    # a row says whose it is without its name being read: Chapter 6's VA seeds are the baseline
+    # rows with head va, never the parameter-matched VA (whose name starts with "VA" too)
+    ch6_va = [r for r in rnt if r["baseline"] and r["head"] == "va" and r["decoder"] == "greedy"]
+    assert [r["seed"] for r in ch6_va] == [0, 1, 2] and all(r["key"] in {c.key for c in T.baseline_configs("cpu")}
+                                                            for r in ch6_va)
+    matched_rows = [r for r in rnt if r["key"] in {c.key for c in cs[12:]}]
+    assert matched_rows and all(r["model"].startswith("VA") and not r["baseline"] and r["head"] == "va"
+                                for r in matched_rows)
+    assert [r["seed"] for r in matched_rows] == [0, 1, 2]
     assert sum(r["model"].startswith("VA+LSTM, seed") for r in rnt) == 3
     assert sum(r["model"].endswith(", seed 1") or r["model"].endswith(", seed 2") for r in rnt) == 4  # greedy each
     assert [c.model.seed for c in cs] == [0] * 10 + [1, 2] + [0, 1, 2]
     assert [r["r_nt(L)"] for r in rnt if r["key"] == cs[0].key] == [0.5, 0.1]
     curves = T.temperature_rnt_curves(recs, base)
     assert len(curves) == len(rnt) and curves[0]["rnt"] == [1.0, 0.8]
+    assert [{k: c[k] for k in ("seed", "head", "eps", "baseline")} for c in curves] == [
+        {k: r[k] for k in ("seed", "head", "eps", "baseline")} for r in rnt]
     assert T.temperature_table_rows([stale]) == []
 
 

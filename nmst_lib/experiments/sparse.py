@@ -115,6 +115,7 @@ __all__ = [
     "run_sparse_suite",
     "load_sparse_results",
     "decoder_label",
+    "paper_row",
     "table2_rows",
     "table4_rows",
     "table5_rows",
@@ -759,6 +760,21 @@ def decoder_label(decoder: str, head: str, alpha: float | None = None) -> str:
     return decoder
 
 
+def paper_row(decoder: str, head: str) -> str | None:
+    """The row of Martins et al. (2020) Table 2 that ``decoder`` on a model with ``head``
+    stands for, named without its parameters as the paper names it: "Softmax", "Softmax-tau",
+    "Greedy", "Top-k", "Nucleus" (the softmax model's decoders) or "Entmax" (an entmax-trained
+    model's own distribution); None for a row the paper does not have (the NMST-entmax model,
+    entmax sampling of the softmax model). Chapter 8 (08_sparse) puts the quoted numbers beside
+    its rows by this name, :func:`decoder_label` being the name with the parameters."""
+    spec = parse_decoder(decoder)
+    if spec.method == "ancestral" and spec.temperature is None:
+        return {"va": "Softmax", "entmax": "Entmax"}.get(head)
+    if spec.temperature is not None:
+        return "Softmax-tau"
+    return {"greedy": "Greedy", "top-k": "Top-k", "nucleus": "Nucleus"}.get(spec.method)
+
+
 def _records(stored) -> list[dict]:
     return current_records(stored)
 
@@ -767,7 +783,7 @@ def _metric_row(rec: dict, decoder: str) -> dict:
     r = rec["teacher_forced"]["decoders"][decoder]
     m = rec["model"]
     return {"loss": rec["model"]["label"], "decoder": decoder,
-            "method": decoder_label(decoder, m["head"], m["alpha"]),
+            "method": decoder_label(decoder, m["head"], m["alpha"]), "paper row": paper_row(decoder, m["head"]),
             "sp": r["sp"], "JS": r["js"], "eps-ppl": r["eps_ppl"], "eps": r["eps"], "REP": r["rep"]["mean"],
             "WREP": r["wrep"]["mean"], "ppl": r["ppl"], "accuracy": r["accuracy"],
             "outside support": r["target_outside_support"]}
@@ -776,8 +792,8 @@ def _metric_row(rec: dict, decoder: str) -> dict:
 def table2_rows(stored) -> list[dict]:
     """Martins et al. (2020) Table 2 analogue: the softmax model under softmax, softmax-tau,
     greedy, top-k, nucleus; then each entmax-trained model under entmax sampling (its own
-    distribution) and the NMST-entmax model under its own distribution. Columns: method, loss,
-    decoder, sp, JS, eps-ppl (and its eps), REP, WREP (averages over the windows), plus ppl,
+    distribution) and the NMST-entmax model under its own distribution. Columns: method, paper row
+    (:func:`paper_row`), loss, decoder, sp, JS, eps-ppl (and its eps), REP, WREP (averages over the windows), plus ppl,
     accuracy and the fraction of reference words outside the support. ``stored``: the
     :class:`~nmst_lib.experiments.results.StoredResult` list of :func:`load_sparse_results` (non-current ones are skipped).
     Every table of this module has one row per model (loss) and decoder: several seeds of a model

@@ -699,43 +699,52 @@ def loss_scaling_table_rows(stored) -> list[dict]:
     return sorted(rows, key=lambda r: order.index(r["loss scaling"]))
 
 
-def _curve_sources(stored, baselines) -> list[tuple[str, dict]]:
+def _curve_sources(stored, baselines) -> list[tuple[str, dict, dict]]:
+    """``(name, record, identity)`` of every baseline and CT record, where ``identity`` is what a
+    chapter selects on without reading the name: ``{"seed", "head", "eps", "baseline"}``
+    (``baseline``: one of Chapter 6's LSTMs)."""
     out = []
     for rec in _records(baselines):
         cfg = config_from_dict(rec["config"])
-        out.append((f"{cfg.label}, seed {cfg.seed} (Chapter 6)", rec))
+        out.append((f"{cfg.label}, seed {cfg.seed} (Chapter 6)", rec,
+                    {"seed": cfg.seed, "head": cfg.head, "eps": cfg.eps, "baseline": True}))
     for rec in _records(stored):
         seed = _seed(rec)
-        out.append((rec["model"]["label"] + (f", seed {seed}" if seed else ""), rec))
+        out.append((rec["model"]["label"] + (f", seed {seed}" if seed else ""), rec,
+                    {"seed": seed, "head": rec["model"]["head"], "eps": rec["model"].get("eps"),
+                     "baseline": False}))
     return out
 
 
 def temperature_rnt_rows(stored, baselines=()) -> list[dict]:
     """r_nt at the largest L of every decoder of the CT models against Chapter 6's VA and NMST LSTMs on
     the same contexts (Choi, Cho, Lee (2023) eq. 11; Chapter 9, 09_temperature): one row per (model,
-    decoder), ``{"model", "key", "decoder", "L", "contexts", "r_nt(L)", "terminated", "mean length"}``,
-    only decoders that some CT model ran (baselines' other decoders left out). Mean length is over the
-    continuations that terminated (None when none did)."""
+    decoder), ``{"model", "key", "decoder", "L", "contexts", "r_nt(L)", "terminated", "mean length",
+    "seed", "head", "eps", "baseline"}``, only decoders that some CT model ran (baselines' other
+    decoders left out). Mean length is over the continuations that terminated (None when none did).
+    ``baseline`` says whether the row is one of Chapter 6's LSTMs: select on it and on ``seed`` and
+    ``head``, never on the ``model`` name (the parameter-matched VA's name starts with "VA" too)."""
     recs = _curve_sources(stored, baselines)
-    wanted = {d for _, rec in recs if rec.get("schema") == TEMPERATURE_RESULT_SCHEMA for d in rec["decoding"]}
+    wanted = {d for _, rec, _ in recs if rec.get("schema") == TEMPERATURE_RESULT_SCHEMA for d in rec["decoding"]}
     rows = []
-    for name, rec in recs:
+    for name, rec, who in recs:
         for d, r in rec["decoding"].items():
             if d not in wanted:
                 continue
             rows.append({"model": name, "key": rec["key"], "decoder": d, "L": r["max_len"],
                          "contexts": r["num_contexts"], "r_nt(L)": r["rnt"][-1],
-                         "terminated": r["terminated_fraction"], "mean length": r["mean_terminated_length"]})
+                         "terminated": r["terminated_fraction"], "mean length": r["mean_terminated_length"],
+                         **who})
     return rows
 
 
 def temperature_rnt_curves(stored, baselines=()) -> list[dict]:
     """r_nt(L) curves (Choi, Cho, Lee (2023) eq. 11) of every CT model and decoder and of Chapter 6's
     VA and NMST LSTMs under the same decoders: ``{"model", "key", "decoder", "L", "rnt", "max_len",
-    "num_contexts"}`` per curve (Chapter 9, 09_temperature)."""
+    "num_contexts", "seed", "head", "eps", "baseline"}`` per curve (Chapter 9, 09_temperature; the
+    last four as in :func:`temperature_rnt_rows`)."""
     recs = _curve_sources(stored, baselines)
-    wanted = {d for _, rec in recs if rec.get("schema") == TEMPERATURE_RESULT_SCHEMA for d in rec["decoding"]}
+    wanted = {d for _, rec, _ in recs if rec.get("schema") == TEMPERATURE_RESULT_SCHEMA for d in rec["decoding"]}
     return [{"model": name, "key": rec["key"], "decoder": d, "L": r["L"], "rnt": r["rnt"], "max_len": r["max_len"],
-             "num_contexts": r["num_contexts"]}
-            for name, rec in recs for d, r in rec["decoding"].items() if d in wanted]
-
+             "num_contexts": r["num_contexts"], **who}
+            for name, rec, who in recs for d, r in rec["decoding"].items() if d in wanted]
