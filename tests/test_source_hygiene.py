@@ -14,6 +14,9 @@ the check below also catches what the formatter cannot shorten (long strings and
 ``ruff check`` finds nothing in the library, tests, benchmarks, scripts and chapters, under the
 rules chosen in pyproject.toml (``[tool.ruff.lint]``: pyflakes and import order), so an unused
 import or an undefined name fails here and not in a reader's notebook.
+
+No chapter tells models apart by the display names the library gives its rows (see
+:data:`LABEL_PARSING`).
 """
 
 from __future__ import annotations
@@ -178,3 +181,55 @@ def test_the_ruff_check_catches_a_planted_unused_import_in_a_module_and_a_chapte
     for problem in ("planted.py:1:1: I001", "planted.py:1:8: F401", "planted.ipynb:cell 1:1:8: F401",
                     "planted.ipynb:cell 1:2:5: F821"):
         assert problem in found, found
+
+
+# A chapter reads which model a library row stands for from the row's fields (head, seed, baseline,
+# paper row, ...), never from its display name: a name test such as `r["model"].startswith("VA")`
+# also matched Chapter 9's parameter-matched "VA (hidden 162)" and put its r_nt in the range of
+# Chapter 6's VA seeds. The names the library gives rows are for the reader, not for code.
+LABEL_FIELDS = r'"(?:model|method|loss|label|decoder_label)"'
+LABEL_PARSING = re.compile(
+    rf"\[\s*{LABEL_FIELDS}\s*\]\s*\.\s*(?:startswith|endswith|split|rsplit|replace|removeprefix|removesuffix|"
+    rf"partition|find|index)\("
+    rf"|\"[^\"\n]*\"\s+(?:not\s+)?in\s+\w+\[\s*{LABEL_FIELDS}\s*\]"
+)
+
+
+def label_parsing_lines(notebook: dict) -> list[str]:
+    """``"cell C, line L: code"`` for every line of a code cell that tests or takes apart a library
+    row's display name (:data:`LABEL_PARSING`)."""
+    if not isinstance(notebook, dict) or "cells" not in notebook:
+        raise TypeError("notebook must be a notebook dict with a 'cells' list")
+    out = []
+    for i, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        out += [f"cell {i}, line {k}: {line.strip()}" for k, line in enumerate(source.splitlines(), 1)
+                if LABEL_PARSING.search(line)]
+    return out
+
+
+@pytest.mark.parametrize("chapter", FORMATTED_CHAPTERS, ids=lambda c: Path(c).stem)
+def test_no_chapter_reads_a_model_from_its_display_name(chapter):
+    bad = label_parsing_lines(json.loads((REPO / chapter).read_text(encoding="utf-8")))
+    assert not bad, (f"{chapter} reads a library row's display name; select on the row's fields "
+                     "(head, seed, baseline, paper row, ...) instead:\n" + "\n".join(bad))
+
+
+def test_the_label_check_catches_planted_name_tests():
+    def notebook(*lines):
+        return {"cells": [{"cell_type": "markdown", "source": 'r["model"].startswith("VA")'},
+                          {"cell_type": "code", "source": "\n".join(lines)}]}
+
+    planted = notebook('va = [r for r in rows if r["model"].startswith("VA")]',
+                       'keep = "seed 0" in c["model"]',
+                       'name = r["method"].split(" (")[0]',
+                       'ok = r["head"] == "va" and r["seed"] == 0')
+    assert label_parsing_lines(planted) == [
+        'cell 1, line 1: va = [r for r in rows if r["model"].startswith("VA")]',
+        'cell 1, line 2: keep = "seed 0" in c["model"]',
+        'cell 1, line 3: name = r["method"].split(" (")[0]',
+    ]
+    with pytest.raises(TypeError, match="notebook dict"):
+        label_parsing_lines([])
