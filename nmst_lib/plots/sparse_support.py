@@ -31,6 +31,7 @@ from .style import (
     _cycle_style,
     _figure_and_axes,
     _format_number,
+    legend_below,
 )
 
 # in reading order: the API page (book/api.md) lists them so
@@ -160,9 +161,10 @@ def support_size_plot(
     labels = _check_labels(labels, scores.shape[0])
     if eos_id is not None:
         eos_id = check_index(eos_id, scores.shape[-1], "eos_id")
-    if ax is None:
+    own_figure = ax is None
+    if own_figure:
         fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 3.4))
-        fig.subplots_adjust(left=0.11, right=0.66, bottom=0.15, top=0.9)
+        fig.subplots_adjust(left=0.11, right=0.97, bottom=0.15, top=0.9)
     else:
         fig = ax.figure
     x = np.asarray(alphas)
@@ -190,7 +192,12 @@ def support_size_plot(
     ax.set_ylabel("support size (tokens with p > 0)")
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=9, **_RIGHT_LEGEND)
+    if own_figure:
+        # the contexts' labels are long: under the axes the figure keeps the
+        # column's width (beside them it came out 8 % wider, and shrank)
+        legend_below(ax)
+    else:
+        ax.legend(fontsize=9, **_RIGHT_LEGEND)
     return fig
 
 
