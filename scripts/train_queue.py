@@ -70,7 +70,8 @@ SEED_ORDER = ("gpt2", "wikitext2", "temperature", "sparse")
 """After every seed-0 model: every model's seed 1 before any seed 2, since a noise band from seeds
 needs two of each model compared (with one seed of converged runs, Chapters 6 and 7 list their
 perplexity findings as *not run*); within a seed, Chapter 7's (the most such findings, about 50
-minutes a model), Chapter 6's, Chapter 9's (its two models with three seeds), then Chapter 8's
+minutes a model), Chapter 6's, Chapter 9's (every model a perplexity finding compares, all but
+CT-NMST; about 2.5 hours each), then Chapter 8's
 (whose findings have stated floors, and whose entmax models take about 2 hours each)."""
 
 

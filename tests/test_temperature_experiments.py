@@ -481,14 +481,19 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature(recipe, monkeypatch):
              "cpu-lstm-va-ct-sig-a1-b0.5-nols", "cpu-lstm-va-ct-sig-a1-b0.5", "cpu-lstm-va-ct-pow-l4-lsdet",
              "cpu-lstm-va-ct-shift-l3-lsdet", "cpu-lstm-va-ct-smax-a1-b0.5-lsdet", "cpu-lstm-va-mos3",
              "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet"]
+    # seeds 1 and 2 of every model a perplexity finding compares: all but CT-NMST (stems[1])
+    compared = [stem for stem in stems if "-nmst-" not in stem]
     assert [c.key for c in configs] == (
         [f"{stem}{suffix}-seed0" for stem in stems]
         + [f"cpu-lstm-va-ct-sig-a0.5-b1-lsdet{suffix}-seed{i}" for i in range(3)]
-        + [f"cpu-lstm-va-h{h}{suffix}-seed{i}" for i in range(3)])
+        + [f"cpu-lstm-va-h{h}{suffix}-seed{i}" for i in range(3)]
+        + [f"{stem}{suffix}-seed{i}" for i in (1, 2) for stem in compared])
+    assert T.EXTRA_SEEDS["cpu"] == (1, 2) and len(configs) == 15 + 2 * 8
     # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
+    detached = [True, False, False, True, True, True, False, True]  # of `compared`, in order
     assert [c.model.value("detach_loss_scale") for c in configs] == [True, True, False, False, True, True, True, False, True,
-                                                            True, True, True, False, False, False]
-    assert configs[-1].label == f"VA+LSTM (hidden {h})"
+                                                            True, True, True, False, False, False] + detached * 2
+    assert configs[14].label == f"VA+LSTM (hidden {h})"
     # Chapter 6's LSTM by Chapter 9's recipe
     ch6 = make_config("cpu", "lstm", "va", **chapter_recipe("temperature", "cpu")).to_dict()
     for c in configs:
@@ -653,22 +658,29 @@ def test_table_builders_on_synthetic_results():
     assert va["model"].startswith("VA+LSTM") and va["seeds"] == 3 and va["val ppl"] == pytest.approx(152.0)
     assert va["val ppl sd"] == pytest.approx(2.0) and va["test ppl"] == pytest.approx(142.0)
     assert rows[1]["model"].startswith("NMST+LSTM (eps=5e-04)") and rows[1]["val ppl"] == pytest.approx(161.0)
-    assert [r["key"] for r in rows[2:]] == ([c.key for c in cs[:9]] + [",".join(c.key for c in cs[9:12])]
-                                            + [",".join(c.key for c in cs[12:])])
+    # one row per model, in the suite's order of first seeds, its seeds' keys joined
+    stems = list(dict.fromkeys(c.key.rsplit("-seed", 1)[0] for c in cs))
+    assert [r["key"] for r in rows[2:]] == [",".join(c.key for c in cs if c.key.rsplit("-seed", 1)[0] == stem)
+                                            for stem in stems]
     matched = rows[-1]  # seeds 0-2 of the parameter-matched VA: val ppl 112, 113, 114
-    assert matched["model"] == f"VA+LSTM (hidden {cs[-1].model.model.hidden})"
+    assert matched["model"] == f"VA+LSTM (hidden {cs[14].model.model.hidden})"
     assert matched["val ppl"] == pytest.approx(113.0)
     assert matched["params"] != va["params"]
     centred = rows[-2]  # seeds 0-2 of the (a, b) = (1/2, 1) model: val ppl 109, 110, 111
     assert centred["seeds"] == 3 and centred["val ppl"] == pytest.approx(110.0)
-    assert centred["val ppl sd"] == pytest.approx(1.0) and rows[2]["seeds"] == 1
+    assert centred["val ppl sd"] == pytest.approx(1.0)
+    # CT-VA's seeds are suite entries 0, 15 and 23 (val ppl 100, 115, 123); CT-NMST has one seed
+    assert rows[2]["seeds"] == 3 and rows[2]["val ppl"] == pytest.approx(338 / 3) and rows[3]["seeds"] == 1
+    assert rows[3]["val ppl sd"] is None and rows[2]["test ppl sd"] == pytest.approx(statistics.stdev([90, 105, 113]))
     norm = T.normalisation_table_rows(recs)
     assert [r["normalisation"] for r in norm] == ["sigmoid", "power-tanh", "shifted-tanh", "softmax", "sigmoid"]
     assert norm[1]["hyper-parameter"] == "lambda=4" and norm[0]["hyper-parameter"] == "a=1, b=0.5"
     assert norm[4]["hyper-parameter"] == "a=0.5, b=1"
     ls = T.loss_scaling_table_rows(recs)
     assert [r["loss scaling"] for r in ls] == ["none", "eq. 7 (factor has a gradient)", "detached factor"]
-    assert [r["val ppl"] for r in ls] == [102.0, 103.0, 100.0]
+    # the mean over each model's seeds: entries (2, 16, 24), (3, 17, 25) and (0, 15, 23)
+    assert [r["val ppl"] for r in ls] == pytest.approx([114.0, 115.0, 338 / 3]) and {r["seeds"] for r in ls} == {3}
+    assert [r["seeds"] for r in norm] == [3] * 5 and norm[1]["val ppl"] == pytest.approx((104 + 118 + 126) / 3)
     rnt = T.temperature_rnt_rows(recs, base)
     assert {r["decoder"] for r in rnt} == {"greedy", "top-2"}  # the baselines' beam-2 is left out
     # a row says whose it is without its name being read: Chapter 6's VA seeds are the baseline
@@ -676,13 +688,13 @@ def test_table_builders_on_synthetic_results():
     ch6_va = [r for r in rnt if r["baseline"] and r["head"] == "va" and r["decoder"] == "greedy"]
     assert [r["seed"] for r in ch6_va] == [0, 1, 2] and all(r["key"] in {c.key for c in T.baseline_configs("cpu")}
                                                             for r in ch6_va)
-    matched_rows = [r for r in rnt if r["key"] in {c.key for c in cs[12:]}]
+    matched_rows = [r for r in rnt if r["key"] in {c.key for c in cs[12:15]}]
     assert matched_rows and all(r["model"].startswith("VA") and not r["baseline"] and r["head"] == "va"
                                 for r in matched_rows)
     assert [r["seed"] for r in matched_rows] == [0, 1, 2]
     assert sum(r["model"].startswith("VA+LSTM, seed") for r in rnt) == 3
-    assert sum(r["model"].endswith(", seed 1") or r["model"].endswith(", seed 2") for r in rnt) == 4  # greedy each
-    assert [c.model.seed for c in cs] == [0] * 10 + [1, 2] + [0, 1, 2]
+    assert sum(r["model"].endswith(", seed 1") or r["model"].endswith(", seed 2") for r in rnt) == 20  # greedy each
+    assert [c.model.seed for c in cs] == [0] * 10 + [1, 2] + [0, 1, 2] + [1] * 8 + [2] * 8
     assert [r["r_nt(L)"] for r in rnt if r["key"] == cs[0].key] == [0.5, 0.1]
     curves = T.temperature_rnt_curves(recs, base)
     assert len(curves) == len(rnt) and curves[0]["rnt"] == [1.0, 0.8]
@@ -703,8 +715,8 @@ def test_cli_dry_run_lists_the_cpu_suite_with_keys(tmp_path, capsys):
                      str(tmp_path)]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()] == [
         c.key for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]
-    # the power-tanh model, MoS and CT-MoS
-    assert len([c for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]) == 3
+    # the power-tanh model, MoS and CT-MoS, three seeds each
+    assert len([c for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]) == 9
 
 
 def test_cli_errors(tmp_path, capsys):
@@ -737,7 +749,7 @@ def test_parameter_matched_va_is_the_closest_plain_lstm_to_ct_va(recipe, monkeyp
     assert T.parameter_count(ct, V) == sum(p.numel() for p in build_model_for(ct, V).parameters())
     H = T.parameter_matched_hidden(ct, V)
     matched = [c.model for c in cpu if c.model.model.hidden == H]
-    assert [m.seed for m in matched] == [0, *T.CENTRED_EXTRA_SEEDS["cpu"]]
+    assert [m.seed for m in matched] == [0, *T.EXTRA_SEEDS["cpu"]]
     suffix, h = RECIPES[recipe]
     assert H == h and all(m.head == "va" and m.temperature is None
                           and m.key == f"cpu-lstm-va-h{H}{suffix}-seed{m.seed}" for m in matched)

@@ -2,9 +2,9 @@
 Language Modeling* (2020) at the book's profiles, on Chapter 6's WikiText-2 pipeline and LSTM.
 
 Models (one LSTM each, trained by :func:`nmst_lib.experiments.trainer.train`, Chapter 6's loop, with the
-output layer of ``nmst_lib.temperature.contextual_head``; at ``cpu`` Chapter 6's cpu LSTM profile, 2 x 128,
-vocabulary 5,000 + ``<unk>``, 4 epochs, lr 2e-3, plus the temperature fields), in run order
-(:func:`temperature_suite_configs`):
+output layer of ``nmst_lib.temperature.contextual_head``; at ``cpu`` Chapter 6's cpu LSTM, 2 x 128, trained by
+the chapter's ``cpu`` recipe (:data:`~nmst_lib.experiments.config.CHAPTER_CPU_RECIPE`), plus the temperature
+fields), in run order (:func:`temperature_suite_configs`):
 
 1. CT-VA, sigmoid normalisation a = 1, b = 1/2 (eq. 5; tau in [2, 4]), loss scaling (Sec. 3.3) with its
    factor detached ("LS" below: each position's loss weighted by its mean temperature, held constant
@@ -24,7 +24,12 @@ vocabulary 5,000 + ``<unk>``, 4 epochs, lr 2e-3, plus the temperature fields), i
 10. CT-VA sigmoid with (a, b) = (1/2, 1), LS: range [1/2, 3/2], starting from T = 1 where the paper's
     [2, 4] starts from T = 3 (our diagnostic: a temperature of at least 2 needs logits, and output
     biases, at least twice as large as a plain softmax's, which Adam grows by about lr per step);
-    at ``cpu`` also seeds 1 and 2 (greedy only, :data:`CENTRED_EXTRA_SEEDS`), for a seed spread.
+    at ``cpu`` also seeds 1 and 2 (greedy only, :data:`EXTRA_SEEDS`), for a seed spread;
+11. the plain VA LSTM with CT-VA's parameter count (the paper's MoS+ baseline; seeds 0-2 at ``cpu``).
+
+Every model that a perplexity finding of Chapter 9 compares (all but CT-NMST, whose findings are about
+termination) has seeds 1 and 2 at ``cpu`` too, greedy only (:data:`EXTRA_SEEDS`), after the models
+above, so that its noise band comes from seeds (issue 23).
 
 Models 1, 2, 4 and 10 decode with greedy, top-2, top-4, nucleus-0.2 and nucleus-0.4, the others greedy only, on the
 SAME validation contexts as Chapter 6 (128 for greedy, the first 64 for the others, L = 1e4 at cpu), by
@@ -99,7 +104,7 @@ __all__ = [
     "TEMPERATURE_RESULT_SCHEMA",
     "TEMPERATURE_EVALUATION_DEFAULTS",
     "CT_DECODERS",
-    "CENTRED_EXTRA_SEEDS",
+    "EXTRA_SEEDS",
     "TEMPERATURE",
     "TemperatureConfig",
     "temperature_config_hash",
@@ -136,9 +141,14 @@ _TEMPERATURE_SCHEMA_VERSION = 1
 """Bump when the evaluation code changes what a Chapter 9 result's numbers mean (every stored
 temperature result then becomes STALE)."""
 
-CENTRED_EXTRA_SEEDS = {"quick": (), "cpu": (1, 2), "paper": (1, 2)}
-"""Seeds besides 0 of the suite's CT-VA with (a, b) = (1/2, 1) (Chapter 9, 09_temperature): its
-perplexity is compared with the spread of Chapter 6's three VA LSTM seeds."""
+EXTRA_SEEDS = {"quick": (), "cpu": (1, 2), "paper": (1, 2)}
+"""Seeds besides 0 (greedy only) of every model of the temperature suite that a perplexity finding of
+Chapter 9 (09_temperature) compares: CT-VA, its two loss-scaling ablations, the power-tanh,
+shifted-tanh and softmax normalisations, MoS, CT-MoS and the parameter-matched VA, and of the
+centred (a, b) = (1/2, 1) model, which the page sets beside the matched VA beyond the paper; not
+CT-NMST, whose findings are about termination. A difference between two
+models is read against the spread of their seeds where both have two or more
+(:func:`nmst_lib.findings.noise_band`)."""
 
 CT_DECODERS = ("greedy", "top-2", "top-4", "nucleus-0.2", "nucleus-0.4")
 """Decoders of the CT-VA and CT-NMST models (Chapter 9, 09_temperature): greedy and the incomplete
@@ -283,9 +293,10 @@ def temperature_suite_configs(profile: str, **overrides) -> list[TemperatureConf
     sigmoid without LS; CT-VA sigmoid with the literal eq. 7 LS; CT-VA power-tanh lambda 4 + LS; CT-VA
     shifted-tanh lambda 3 + LS; CT-VA softmax + LS; MoS M = 3; CT-MoS M = 3 sigmoid + LS (Contextual
     Temperature (2020) eq. 5-7, Tables 3-4); CT-VA sigmoid with (a, b) = (1/2, 1) + LS (range
-    [1/2, 3/2], starting from T = 1), with :data:`CENTRED_EXTRA_SEEDS` more seeds; then the plain VA
+    [1/2, 3/2], starting from T = 1), with :data:`EXTRA_SEEDS` more seeds; then the plain VA
     LSTM with CT-VA's parameter count (:func:`parameter_matched_hidden`: a hidden size about 1.27
-    times CT-VA's), with as many seeds. "LS" is the loss scaling of Sec. 3.3 with its factor
+    times CT-VA's), with as many seeds; then the :data:`EXTRA_SEEDS` of every other model but
+    CT-NMST, seed by seed, in the order above. "LS" is the loss scaling of Sec. 3.3 with its factor
     detached (``detach_loss_scale``: a constant weight per position, the gradient the paper's own softmax
     normalisation gives, whose mean temperature is constant); the literal eq. 7, whose factor gradient
     pushes every sigmoid temperature to its floor a/b, is the fourth model, for Table 4.
@@ -301,36 +312,41 @@ def temperature_suite_configs(profile: str, **overrides) -> list[TemperatureConf
     eps = FEATURED_EPS[profile]
     sig = dict(temperature="sigmoid")
     ls = dict(loss_scaling=True, detach_loss_scale=True)
+    # (head, eps, fields, featured: every decoder, compared by a perplexity finding: more seeds)
     models = [
-        ("va", None, dict(sig, **ls), True),
-        ("nmst", eps, dict(sig, **ls), True),
-        ("va", None, dict(sig, loss_scaling=False), False),
-        ("va", None, dict(sig, loss_scaling=True), True),  # the literal eq. 7 (Table 4)
-        ("va", None, dict(temperature="power-tanh", **ls), False),
-        ("va", None, dict(temperature="shifted-tanh", **ls), False),
-        ("va", None, dict(temperature="softmax", **ls), False),
-        ("va", None, dict(mixtures=3), False),
-        ("va", None, dict(sig, mixtures=3, **ls), False),
+        ("va", None, dict(sig, **ls), True, True),
+        ("nmst", eps, dict(sig, **ls), True, False),
+        ("va", None, dict(sig, loss_scaling=False), False, True),
+        ("va", None, dict(sig, loss_scaling=True), True, True),  # the literal eq. 7 (Table 4)
+        ("va", None, dict(temperature="power-tanh", **ls), False, True),
+        ("va", None, dict(temperature="shifted-tanh", **ls), False, True),
+        ("va", None, dict(temperature="softmax", **ls), False, True),
+        ("va", None, dict(mixtures=3), False, True),
+        ("va", None, dict(sig, mixtures=3, **ls), False, True),
         # the sigmoid with (a, b) = (1/2, 1): range [1/2, 3/2], starting from T = 1 instead of 3 (a diagnostic:
         # the paper's [2, 4] needs logits 2-4 times larger than a plain softmax's, which takes epochs to learn)
-        ("va", None, dict(sig, temperature_a=0.5, temperature_b=1.0, **ls), True),
+        ("va", None, dict(sig, temperature_a=0.5, temperature_b=1.0, **ls), True, True),
     ]
-    out = []
-    for head, e, fields_, featured in models:
+    out, seeded = [], []
+    for head, e, fields_, featured, more_seeds in models:
         decoders = _SUITE_DECODERS[profile] if featured else ("greedy",)
         model = make_config(profile, "lstm", head, e, 0, **{"decoders": decoders, **fields_, **overrides})
         out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
-    # more seeds of the last model (greedy only), against the seed spread of Chapter 6's three VA LSTMs
+        if more_seeds:
+            seeded.append(out[-1])
+    more = lambda config, seed: config.replace(model=config.model.replace(seed=seed, decoders=("greedy",)))
+    # the centred model's further seeds first (the first suite's order)
     centred = out[-1]
-    for seed in CENTRED_EXTRA_SEEDS[profile]:
-        out.append(centred.replace(model=centred.model.replace(seed=seed, decoders=("greedy",))))
-    # the plain VA with CT-VA's parameter count (greedy only), as many seeds as the centred model
+    out += [more(centred, seed) for seed in EXTRA_SEEDS[profile]]
+    # the plain VA with CT-VA's parameter count (greedy only), as many seeds
     ct = out[0].model
     hidden = parameter_matched_hidden(ct, vocabulary_size_of(ct))
-    for seed in (0, *CENTRED_EXTRA_SEEDS[profile]):
+    for seed in (0, *EXTRA_SEEDS[profile]):
         model = make_config(profile, "lstm", "va", None, seed, **{"decoders": ("greedy",), **overrides,
                                                                    "hidden": hidden})
         out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
+    # every other compared model's further seeds, seed by seed
+    out += [more(config, seed) for seed in EXTRA_SEEDS[profile] for config in seeded if config is not centred]
     return out
 
 
@@ -599,53 +615,44 @@ def _records(stored) -> list[dict]:
     return current_records(stored)
 
 
-def _ct_row(rec: dict) -> dict:
-    m, met = rec["model"], rec["metrics"]
-    return {"model": m["label"], "key": rec["key"], "params": met["num_parameters"], "val ppl": met["val_ppl"],
-            "test ppl": met["test_ppl"], "seeds": 1}
+def _seed_mean(recs: list[dict]) -> dict:
+    """The row fields of one model over its stored seeds ``recs`` (at least one): ``{"key", "params",
+    "val ppl", "test ppl", "seeds", "val ppl sd", "test ppl sd"}``, the perplexities the mean over the
+    seeds and the sds their sample standard deviations (None with one seed); ``key`` joins the seeds'
+    keys with commas."""
+    val = [r["metrics"]["val_ppl"] for r in recs]
+    test = [r["metrics"]["test_ppl"] for r in recs]
+    return {"key": ",".join(r["key"] for r in recs), "params": recs[0]["metrics"]["num_parameters"],
+            "val ppl": statistics.fmean(val), "test ppl": statistics.fmean(test), "seeds": len(recs),
+            "val ppl sd": _spread(val), "test ppl sd": _spread(test)}
 
 
 def _spread(values: list[float]) -> float | None:
     return statistics.stdev(values) if len(values) > 1 else None
 
 
-def _baseline_rows(baselines) -> list[dict]:
+def _by_model(recs, name) -> dict[str, list[dict]]:
+    """``recs`` grouped by model, ``name(rec)`` naming a model with its seed left out, in first-seen
+    order."""
     groups: dict[str, list[dict]] = {}
-    for rec in _records(baselines):
-        name = config_from_dict(rec["config"]).label
-        groups.setdefault(name, []).append(rec)
-    rows = []
-    for name, recs in groups.items():
-        val = [r["metrics"]["val_ppl"] for r in recs]
-        test = [r["metrics"]["test_ppl"] for r in recs]
-        rows.append({"model": f"{name} (Chapter 6)", "key": ",".join(r["key"] for r in recs),
-                     "params": recs[0]["metrics"]["num_parameters"], "val ppl": statistics.fmean(val),
-                     "test ppl": statistics.fmean(test), "seeds": len(recs), "val ppl sd": _spread(val),
-                     "test ppl sd": _spread(test)})
-    return rows
+    for rec in recs:
+        groups.setdefault(name(rec), []).append(rec)
+    return groups
+
+
+def _baseline_rows(baselines) -> list[dict]:
+    groups = _by_model(_records(baselines), lambda rec: config_from_dict(rec["config"]).label)
+    return [{"model": f"{name} (Chapter 6)", **_seed_mean(recs)} for name, recs in groups.items()]
 
 
 def temperature_table_rows(stored, baselines=()) -> list[dict]:
     """Contextual Temperature (2020) Tables 1-2 analogue (Chapter 9, 09_temperature): one row per model,
-    ``{"model", "key", "params", "val ppl", "test ppl", "seeds"}``, Chapter 6's plain VA and NMST LSTMs
-    first (``baselines``: :func:`load_baselines`; mean over their seeds, with ``"val ppl sd"`` and
-    ``"test ppl sd"``, the sample standard deviations), then every CT / MoS model of ``stored``
-    (:func:`load_temperature_results`), its seeds averaged the same way (most have one seed; sd None).
-    Non-current results are skipped."""
-    groups: dict[str, list[dict]] = {}
-    for rec in _records(stored):
-        groups.setdefault(rec["model"]["label"], []).append(rec)
-    rows = []
-    for recs in groups.values():
-        row = _ct_row(recs[0])
-        if len(recs) > 1:
-            val = [r["metrics"]["val_ppl"] for r in recs]
-            test = [r["metrics"]["test_ppl"] for r in recs]
-            row.update({"key": ",".join(r["key"] for r in recs), "val ppl": statistics.fmean(val),
-                        "test ppl": statistics.fmean(test), "seeds": len(recs), "val ppl sd": _spread(val),
-                        "test ppl sd": _spread(test)})
-        rows.append(row)
-    return _baseline_rows(baselines) + rows
+    ``{"model", "key", "params", "val ppl", "test ppl", "seeds", "val ppl sd", "test ppl sd"}``, Chapter
+    6's plain VA and NMST LSTMs first (``baselines``: :func:`load_baselines`), then every CT / MoS model
+    of ``stored`` (:func:`load_temperature_results`), each the mean over its stored seeds with the
+    sample standard deviations (None with one seed). Non-current results are skipped."""
+    groups = _by_model(_records(stored), lambda rec: rec["model"]["label"])
+    return _baseline_rows(baselines) + [{"model": name, **_seed_mean(recs)} for name, recs in groups.items()]
 
 
 def _seed(rec: dict) -> int:
@@ -661,41 +668,36 @@ def _hyper(m: dict) -> str:
 
 def normalisation_table_rows(stored) -> list[dict]:
     """Contextual Temperature (2020) Table 3 analogue (Chapter 9, 09_temperature): the CT-VA models with
-    (detached) loss scaling and no mixture, one per normalisation, ``{"normalisation", "hyper-parameter",
-    "range", "params", "val ppl", "test ppl", "key"}``; ``range`` is the head's [lo, hi]."""
-    rows = []
-    for rec in _records(stored):
-        m = rec["model"]
-        if (m["temperature"] is None or m["mixtures"] != 1 or m["head"] != "va" or not m["loss_scaling"]
-                or not m.get("detach_loss_scale", False)):
-            continue
-        if _seed(rec) != 0:  # one run per normalisation, as in the paper's table
-            continue
-        rows.append({"normalisation": m["temperature"], "hyper-parameter": _hyper(m), "range": m["range"],
-                     "params": rec["metrics"]["num_parameters"], "val ppl": rec["metrics"]["val_ppl"],
-                     "test ppl": rec["metrics"]["test_ppl"], "key": rec["key"]})
-    return rows
+    (detached) loss scaling and no mixture, one row per normalisation and range, ``{"normalisation",
+    "hyper-parameter", "range", "params", "val ppl", "test ppl", "seeds", "val ppl sd", "test ppl sd",
+    "key"}``: the mean over the model's stored seeds, as in :func:`temperature_table_rows`; ``range``
+    is the head's [lo, hi]."""
+    recs = [rec for rec in _records(stored)
+            if rec["model"]["temperature"] is not None and rec["model"]["mixtures"] == 1
+            and rec["model"]["head"] == "va" and rec["model"]["loss_scaling"]
+            and rec["model"].get("detach_loss_scale", False)]
+    groups = _by_model(recs, lambda rec: rec["model"]["label"])
+    return [{"normalisation": g[0]["model"]["temperature"], "hyper-parameter": _hyper(g[0]["model"]),
+             "range": g[0]["model"]["range"], **_seed_mean(g)} for g in groups.values()]
 
 
 def loss_scaling_table_rows(stored) -> list[dict]:
     """Contextual Temperature (2020) Table 4 analogue (Chapter 9, 09_temperature): the sigmoid CT-VA
     models with the paper's (a, b) = (1, 1/2) (no mixture) without loss scaling, with the literal
-    eq. 7 (the factor has a gradient) and with the factor detached, in that order, ``{"model", "loss scaling", "params", "val ppl",
-    "test ppl", "key"}``; ``loss scaling`` is ``"none"``, ``"eq. 7 (factor has a gradient)"`` or
-    ``"detached factor"``."""
-    rows = []
+    eq. 7 (the factor has a gradient) and with the factor detached, in that order, ``{"model", "loss
+    scaling", "params", "val ppl", "test ppl", "seeds", "val ppl sd", "test ppl sd", "key"}`` (the
+    mean over the model's stored seeds); ``loss scaling`` is ``"none"``, ``"eq. 7 (factor has a
+    gradient)"`` or ``"detached factor"``."""
     names = {(False, False): "none", (True, False): "eq. 7 (factor has a gradient)",
              (True, True): "detached factor"}
     order = list(names.values())
-    for rec in _records(stored):
-        m = rec["model"]
-        if (m["temperature"] != "sigmoid" or m["mixtures"] != 1 or m["head"] != "va"
-                or (m.get("a"), m.get("b")) != (1.0, 0.5)):
-            continue
-        mode = names[(bool(m["loss_scaling"]), bool(m.get("detach_loss_scale", False)))]
-        rows.append({"model": m["label"], "loss scaling": mode,
-                     "params": rec["metrics"]["num_parameters"], "val ppl": rec["metrics"]["val_ppl"],
-                     "test ppl": rec["metrics"]["test_ppl"], "key": rec["key"]})
+    mode = lambda m: names[(bool(m["loss_scaling"]), bool(m.get("detach_loss_scale", False)))]
+    recs = [rec for rec in _records(stored)
+            if rec["model"]["temperature"] == "sigmoid" and rec["model"]["mixtures"] == 1
+            and rec["model"]["head"] == "va" and (rec["model"].get("a"), rec["model"].get("b")) == (1.0, 0.5)]
+    groups = _by_model(recs, lambda rec: rec["model"]["label"])
+    rows = [{"model": g[0]["model"]["label"], "loss scaling": mode(g[0]["model"]), **_seed_mean(g)}
+            for g in groups.values()]
     return sorted(rows, key=lambda r: order.index(r["loss scaling"]))
 
 
