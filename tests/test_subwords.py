@@ -9,9 +9,14 @@ from hypothesis import strategies as st
 
 from nmst_lib import data as D
 from nmst_lib.data.subwords import (
+    CONTINUES_WORD,
     WORD_START,
     SubwordVocabulary,
     learn_subword_vocabulary,
+    piece_label,
+    pieces_text,
+    token_labels,
+    tokens_text,
 )
 from nmst_lib.experiments import make_config
 from nmst_lib.experiments.config import WORD_CPU_RECIPE
@@ -58,6 +63,46 @@ def test_a_rare_word_is_spelled_in_pieces_not_replaced_by_unk(vocab):
     assert len(ids) > 1 and vocab.unk_id not in ids
     assert vocab.decode(ids)[0].startswith(WORD_START)
     assert "".join(vocab.display(ids)) == " electrics"
+
+
+def test_stored_pieces_read_as_the_words_they_spell(vocab):
+    """A result stores pieces as text (no vocabulary at hand): pieces_text spells the words
+    again, one space between words, exactly as display does from the ids."""
+    for line in set(LINES):
+        pieces = vocab.decode(vocab.encode(line.split()))
+        assert any(not p.startswith(WORD_START) for p in pieces) or "electric" not in line
+        assert pieces_text(pieces) == line == tokens_text(pieces, "bpe")
+    assert pieces_text(["▁Eng", "land", "▁.", D.EOS]) == "England . <eos>"
+    assert pieces_text([]) == ""
+    # a word vocabulary's tokens are words already
+    assert tokens_text(["the", "cat", D.EOS], "word") == "the cat <eos>"
+
+
+def test_a_piece_label_shows_where_a_word_starts_and_where_it_goes_on(vocab):
+    """Per-piece tables label a word's first piece as itself and a piece that goes on with the
+    word before it after ##, so no raw ▁ mark reaches a page and no piece looks like a word."""
+    pieces = vocab.decode(vocab.encode(["electrics"]))
+    labels = [piece_label(p) for p in pieces]
+    assert labels[0] == pieces[0][1:] and all(x.startswith(CONTINUES_WORD) for x in labels[1:])
+    assert "".join(x.removeprefix(CONTINUES_WORD) for x in labels) == "electrics"
+    assert [piece_label(p) for p in ("▁the", "land", WORD_START, D.EOS, D.UNK)] == [
+        "the", "##land", "␣", D.EOS, D.UNK]
+    assert token_labels(["▁Eng", "land"], "bpe") == ["Eng", "##land"]
+    assert token_labels(["England", "is"], "word") == ["England", "is"]
+    assert not any(WORD_START in x for x in token_labels(vocab.itos, "bpe") if x != D.PAD)
+
+
+@pytest.mark.parametrize("bad", ["▁the ▁cat", [1, 2], None])
+def test_stored_pieces_must_be_a_list_of_strings(bad):
+    with pytest.raises(TypeError, match="list of strings"):
+        pieces_text(bad)
+    with pytest.raises(TypeError, match="string"):
+        piece_label(3)
+
+
+def test_tokens_text_needs_a_known_vocabulary_kind():
+    with pytest.raises(ValueError, match="'word' or 'bpe'"):
+        tokens_text(["▁a"], "bpe-4k")
 
 
 def test_the_datas_own_unk_is_one_id_and_unseen_characters_become_unk(vocab):

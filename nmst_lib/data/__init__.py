@@ -91,6 +91,11 @@ from .subwords import (
     WORD_START,
     SubwordVocabulary,
     learn_subword_vocabulary,
+    piece_label,
+    piece_texts,
+    pieces_text,
+    token_labels,
+    tokens_text,
 )
 from .vocabulary import EOS, PAD, UNK, Vocabulary, build_vocabulary
 
@@ -135,6 +140,11 @@ __all__ = [  # noqa: RUF022
     "WORD_START",
     "SubwordVocabulary",
     "learn_subword_vocabulary",
+    "piece_label",
+    "piece_texts",
+    "pieces_text",
+    "token_labels",
+    "tokens_text",
     # sequences and batches
     "CONTEXT_LEN",
     "Batch",

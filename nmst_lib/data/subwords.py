@@ -40,15 +40,107 @@ __all__ = [
     "WORD_START",
     "SubwordVocabulary",
     "learn_subword_vocabulary",
+    "piece_label",
+    "piece_texts",
+    "pieces_text",
+    "token_labels",
+    "tokens_text",
 ]
 
 WORD_START = "\u2581"
 """Mark of a piece that starts a word (``"▁the"``, U+2581); shown as a
 space."""
 
+CONTINUES_WORD = "##"
+"""Prefix of a piece's label when the piece continues the word before it
+(``"land"`` in ``"▁Eng" "land"`` is labelled ``"##land"``, as in BERT's
+WordPiece vocabulary): :func:`piece_label`."""
+
 _MIN_SIZE = 64
 """Smallest vocabulary accepted: the three specials plus room for the
 characters."""
+
+
+def _pieces(pieces) -> list[str]:
+    if not isinstance(pieces, (list, tuple)) or not all(
+        isinstance(p, str) for p in pieces
+    ):
+        raise TypeError(
+            "pieces must be a list of strings (stored pieces such as '▁the'), "
+            f"got {type(pieces).__name__}"
+        )
+    return list(pieces)
+
+
+def piece_texts(pieces) -> list[str]:
+    """Readable text of each stored piece: ``"▁the"`` shows as ``" the"``,
+    ``"land"`` as ``"land"``, a special as a space and itself, so
+    ``"".join(piece_texts(pieces))`` is the words, each after a space. What a
+    page shows of a continuation stored as pieces (Chapters 6, 8, 9);
+    :meth:`SubwordVocabulary.display` gives the same from ids."""
+    out = []
+    for piece in _pieces(pieces):
+        if piece in (UNK, PAD, EOS):
+            out.append(" " + piece)
+        elif piece.startswith(WORD_START):
+            out.append(" " + piece[len(WORD_START) :])
+        else:
+            out.append(piece)
+    return out
+
+
+def pieces_text(pieces) -> str:
+    """The words the stored ``pieces`` spell, one space between words (a
+    piece without ``▁`` joins the word before it): ``["▁Eng", "land", "▁."]``
+    gives ``"England ."``."""
+    return " ".join("".join(piece_texts(pieces)).split())
+
+
+def piece_label(piece: str) -> str:
+    """One stored piece as a reader sees it in a per-piece table (Chapter 9's
+    continuations with their temperatures): a piece that starts a word as
+    the word's start (``"▁the"`` -> ``"the"``), one that continues a word
+    after :data:`CONTINUES_WORD` (``"land"`` -> ``"##land"``), a lone
+    word-start mark as ``"␣"`` and a special as itself."""
+    if not isinstance(piece, str):
+        raise TypeError(f"piece must be a string, got {type(piece).__name__}")
+    if piece in (UNK, PAD, EOS):
+        return piece
+    if piece == WORD_START:
+        return "␣"
+    if piece.startswith(WORD_START):
+        return piece[len(WORD_START) :]
+    return CONTINUES_WORD + piece
+
+
+def _kind(vocab_kind) -> str:
+    if vocab_kind not in ("word", "bpe"):
+        raise ValueError(
+            f"vocab_kind must be 'word' or 'bpe' (a config's data.vocab_kind), got {vocab_kind!r}"
+        )
+    return vocab_kind
+
+
+def tokens_text(tokens, vocab_kind: str) -> str:
+    """The text of stored ``tokens`` of a model whose vocabulary is
+    ``vocab_kind`` (its config's ``vocab_kind``): the words the pieces spell
+    (``"bpe"``, :func:`pieces_text`) or the words with a space between
+    (``"word"``)."""
+    tokens = _pieces(tokens)
+    return (
+        pieces_text(tokens) if _kind(vocab_kind) == "bpe" else " ".join(tokens)
+    )
+
+
+def token_labels(tokens, vocab_kind: str) -> list[str]:
+    """Each stored token as a per-token table shows it: :func:`piece_label`
+    of each piece (``"bpe"``) or the word itself (``"word"``)."""
+    tokens = _pieces(tokens)
+    return (
+        [piece_label(t) for t in tokens]
+        if _kind(vocab_kind) == "bpe"
+        else tokens
+    )
 
 
 def _tokenizers():
@@ -149,16 +241,7 @@ class SubwordVocabulary:
         itself, so ``"".join(display(ids))`` is the words, each after a space
         (Chapters 6, 8, 9: continuations on the page; GPT-2's pieces in
         Chapter 7 carry their spaces the same way)."""
-        out = []
-        specials = (UNK, PAD, EOS)
-        for piece in self.decode(ids):
-            if piece in specials:
-                out.append(" " + piece)
-            elif piece.startswith(WORD_START):
-                out.append(" " + piece[len(WORD_START) :])
-            else:
-                out.append(piece)
-        return out
+        return piece_texts(self.decode(ids))
 
     def words_of(self, ids) -> list[str]:
         """The whole words ``ids`` spell (a piece without ``▁`` joins the one

@@ -661,5 +661,26 @@ def build_machine_problems(html: str, max_snippets: int = 3) -> list[str]:
     return problems
 
 
+_SUBWORD_MARK = "\u2581"
+"""The mark a stored subword piece carries at the start of a word (``"▁the"``,
+``nmst_lib.data.WORD_START``): a raw model token when a page shows it."""
+
+
+def raw_token_problems(html: str, max_snippets: int = 3) -> list[str]:
+    """Raw model tokens on a page: subword pieces with their word-start mark, which a chapter must
+    turn into words (``nmst_lib.data.tokens_text``) or labels (``token_labels``) first. Read like
+    :func:`build_machine_problems`, outputs, figure menus and tables included (scripts and styles
+    skipped)."""
+    text_soup = BeautifulSoup(str(article_of(soup_of(html))), "html.parser")
+    for skip in text_soup.select("script, style"):
+        skip.decompose()
+    text = text_soup.get_text()
+    found = [i for i, ch in enumerate(text) if ch == _SUBWORD_MARK]
+    problems = [f"{len(found)} raw subword mark(s) (U+2581) on the page"] if found else []
+    for i in found[:max_snippets]:
+        problems.append(f"  ...{_squeeze(text[max(0, i - 50): i + 50])}...")
+    return problems
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--resolve"]:
     _resolver_main()

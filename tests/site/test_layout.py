@@ -126,6 +126,14 @@ def test_page_shows_nothing_of_the_build_machine(site, docname):
     assert not problems, f"{docname}: " + "\n".join(problems)
 
 
+@pytest.mark.parametrize("docname", [d for d in PAGES if d.startswith("chapters/")])
+def test_chapter_shows_no_raw_model_token(site, docname):
+    """A continuation, a menu or a table shows the words a model's subword pieces spell, never the
+    pieces with their word-start marks (the API page documents the mark, so it is not checked)."""
+    problems = checks.raw_token_problems(_built(site, docname).read_text(encoding="utf-8"))
+    assert not problems, f"{docname}: " + "\n".join(problems)
+
+
 @pytest.mark.parametrize("docname", [d for d in PAGES if d.startswith("chapters/")] + ["book/instructors"])
 def test_output_boxes_and_tables_are_readable_in_dark_mode(site, browser, docname):
     path = _built(site, docname)

@@ -182,3 +182,13 @@ def test_build_machine_check_finds_paths_and_stderr(bad):
 ])
 def test_build_machine_check_passes_relative_paths_and_urls(good):
     assert checks.build_machine_problems(_article(good)) == []
+
+
+def test_raw_token_check_finds_a_piece_in_a_menu_and_passes_its_words():
+    bad = _article("<select><option>\u2581the (rank 1)</option></select><p>Greedy continuation of "
+                   "\u201c\u2581American \u2581Civil\u201d</p>")
+    problems = checks.raw_token_problems(bad)
+    assert problems and problems[0].startswith("3 raw subword mark(s)")
+    good = _article("<select><option>the (rank 1)</option><option>##land</option></select>"
+                    "<script>const mark = '\u2581';</script>")
+    assert checks.raw_token_problems(good) == []
