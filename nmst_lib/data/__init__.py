@@ -88,6 +88,7 @@ from .sources import (
     wikitext_dir,
 )
 from .subwords import (
+    CONTINUES_WORD,
     WORD_START,
     SubwordVocabulary,
     learn_subword_vocabulary,
@@ -138,6 +139,7 @@ __all__ = [  # noqa: RUF022
     "Vocabulary",
     "build_vocabulary",
     "WORD_START",
+    "CONTINUES_WORD",
     "SubwordVocabulary",
     "learn_subword_vocabulary",
     "piece_label",

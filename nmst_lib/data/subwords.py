@@ -38,6 +38,7 @@ from .vocabulary import EOS, PAD, UNK
 
 __all__ = [
     "WORD_START",
+    "CONTINUES_WORD",
     "SubwordVocabulary",
     "learn_subword_vocabulary",
     "piece_label",
