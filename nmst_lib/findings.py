@@ -498,18 +498,29 @@ class Findings:
         return {v: sum(f.verdict == v for f in self.items) for v in VERDICTS}
 
     def summary(self) -> str:
-        """The Summary's sentence, e.g. "of the 9 findings ... tested, 3 reproduce, ..."."""
+        """The Summary's sentence, e.g. "of the 9 findings of the paper tested on this page, 4
+        reproduce, 2 do not and 3 are within the noise; 4 were not run". A verdict no finding got
+        is left out, and "the paper" is "the papers" when the claims come from several."""
         c = self.counts()
         tested = len(self.items) - c["not run"]
+        papers = "the paper" if len({f.claim.paper for f in self.items}) <= 1 else "the papers"
 
         def n(k, one, many):
             return f"{k} {one if k == 1 else many}"
 
-        return (f"of the {tested} findings of the papers tested on this page, "
-                f"{n(c['reproduces'], 'reproduces', 'reproduce')}, {n(c['does not reproduce'], 'does not', 'do not')}, "
-                f"{n(c['within noise'], 'is', 'are')} within the noise, and "
-                f"{n(c['forced'], 'is', 'are')} forced by a theorem (not counted); "
-                f"{n(c['not run'], 'was', 'were')} not run")
+        parts = [n(c[v], one, many) for v, one, many in (
+            ("reproduces", "reproduces", "reproduce"),
+            ("does not reproduce", "does not", "do not"),
+            ("within noise", "is within the noise", "are within the noise"),
+            ("forced", "is forced by a theorem (not counted)", "are forced by a theorem (not counted)"))
+            if c[v]]
+        if not parts:
+            head = f"no finding of {papers} was tested on this page"
+        else:
+            listed = parts[0] if len(parts) == 1 else (
+                f"{parts[0]} and {parts[1]}" if len(parts) == 2 else ", ".join(parts[:-1]) + f", and {parts[-1]}")
+            head = f"of the {n(tested, 'finding', 'findings')} of {papers} tested on this page, {listed}"
+        return head + (f"; {n(c['not run'], 'was', 'were')} not run" if c["not run"] else "")
 
     def markdown_list(self) -> str:
         """One bullet per finding: statement (paper, where): **verdict** (sizes)."""

@@ -141,6 +141,22 @@ def test_counts_summary_and_list_come_from_the_verdicts():
     assert [r["verdict"] for r in f.rows()] == list(VERDICTS)
 
 
+def test_summary_leaves_out_verdicts_no_finding_got_and_names_one_paper_or_several():
+    floor = Band.floor(1.0, "stated tolerance")
+    f = Findings("ch9")
+    f.judge(Claim("a", "P", "T1", "a holds"), -2.0, floor=floor)
+    f.judge(Claim("b", "P", "T1", "b holds"), -3.0, floor=floor)
+    f.judge(Claim("c", "P", "T1", "c holds"), 0.5, floor=floor)
+    assert f.summary() == ("of the 3 findings of the paper tested on this page, 2 reproduce and 1 is within "
+                           "the noise")
+    f.not_run(Claim("d", "Q", "T2", "d holds"), "not trained")
+    assert f.summary().startswith("of the 3 findings of the papers tested") and f.summary().endswith(
+        "; 1 was not run")
+    g = Findings("ch8")
+    g.not_run(Claim("e", "P", "T9", "e holds"), "BookCorpus is not used")
+    assert g.summary() == "no finding of the paper was tested on this page; 1 was not run"
+
+
 def test_a_finding_whose_models_are_not_stored_is_not_run_and_names_them():
     f = Findings("ch6")
     one = f.not_stored(Claim("a", "P", "T1", "a holds"), "LSTM VA")
