@@ -139,8 +139,7 @@ def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResul
         parts.append(f"{n} further seed{'' if n == 1 else 's'} of the models shown "
                      f"{'is' if n == 1 else 'are'} not stored yet ({what}): each table shows the mean "
                      "over a model's stored seeds, and a finding's noise band comes from the seeds "
-                     "where both models compared have two or more, else from a floor the page states "
-                     "(without one, the finding is not run)")
+                     "where both models compared have two or more, else from a floor the page states")
     return "; ".join(parts) + "."
 
 
