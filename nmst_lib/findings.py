@@ -449,9 +449,8 @@ class Findings:
         except UnknownBandError:
             # the one-seed difference is shown, not read: the seeds that would give its band were not run
             return self._add(Finding(claim, "not run", _real(value, "value"), None,
-                                     "not run: one seed of a model compared is stored and the runs converged "
-                                     "(no last-epoch floor), so the noise band, which needs at least two "
-                                     "seeds of each model, is unknown", digits=digits))
+                                     "not run: a model compared has one seed and converged, so no noise band "
+                                     "until two seeds of each are stored", digits=digits))
         return self._add(decide(claim, value, band, digits=digits))
 
     def forced(self, claim: Claim, theorem: str, value=None, *, digits: int = 2) -> Finding:
