@@ -57,6 +57,9 @@ CONTINUES_WORD = "##"
 (``"land"`` in ``"▁Eng" "land"`` is labelled ``"##land"``, as in BERT's
 WordPiece vocabulary): :func:`piece_label`."""
 
+_SPECIALS = (UNK, PAD, EOS)
+"""The specials, shown as themselves (never as pieces of a word)."""
+
 _MIN_SIZE = 64
 """Smallest vocabulary accepted: the three specials plus room for the
 characters."""
@@ -81,7 +84,7 @@ def piece_texts(pieces) -> list[str]:
     :meth:`SubwordVocabulary.display` gives the same from ids."""
     out = []
     for piece in _pieces(pieces):
-        if piece in (UNK, PAD, EOS):
+        if piece in _SPECIALS:
             out.append(" " + piece)
         elif piece.startswith(WORD_START):
             out.append(" " + piece[len(WORD_START) :])
@@ -105,7 +108,7 @@ def piece_label(piece: str) -> str:
     word-start mark as ``"␣"`` and a special as itself."""
     if not isinstance(piece, str):
         raise TypeError(f"piece must be a string, got {type(piece).__name__}")
-    if piece in (UNK, PAD, EOS):
+    if piece in _SPECIALS:
         return piece
     if piece == WORD_START:
         return "␣"
