@@ -54,6 +54,8 @@ __all__ = [
     "eps_book",
     "model_name",
     "book_notation",
+    "and_list",
+    "counted",
     "Html",
     "escape",
     "html_table",
@@ -292,6 +294,34 @@ def book_notation(label: str) -> str:
         raise TypeError(f"label must be a str, got {type(label).__name__}")
     label = _ASCII_EPS.sub(r"ε=\1e-\2", label)
     return label.replace("Softmax-tau", "Softmax-T").replace("tau=", "T=").replace("alpha=", "α=")
+
+
+def and_list(names) -> str:
+    """Names joined as prose: ``("VA",)`` -> ``"VA"``; ``("VA", "ST")`` -> ``"VA and ST"``;
+    ``("VA", "ST", "NMST")`` -> ``"VA, ST and NMST"`` (no serial comma, the book's style). Every
+    name must be a non-empty ``str``, and there must be at least one."""
+    names = list(names)
+    if not names:
+        raise ValueError("and_list needs at least one name, got none")
+    for n in names:
+        if not isinstance(n, str) or not n:
+            raise TypeError(f"and_list joins non-empty strings, got {n!r}")
+    if len(names) == 1:
+        return names[0]
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun`` in the number ``n`` asks for: ``counted(1, "seed")`` -> ``"1 seed"``,
+    ``counted(3, "seed")`` -> ``"3 seeds"``, ``counted(0, "seed")`` -> ``"0 seeds"``;
+    ``plural`` for a noun that does not take an ``s``. ``n`` is a non-negative integer."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n must be an int, got {type(n).__name__}")
+    if n < 0:
+        raise ValueError(f"n counts something, so it must be >= 0, got {n}")
+    if not isinstance(noun, str) or not noun:
+        raise TypeError(f"noun must be a non-empty str, got {noun!r}")
+    return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
 
 
 def mean_std(values, digits: int = 1) -> str:

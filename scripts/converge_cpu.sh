@@ -9,8 +9,8 @@
 #
 # The recipe is the cpu profile's own for Chapter 6 (nmst_lib.experiments.config.CONVERGED_CPU_RECIPE;
 # tests/test_suite_overrides.py checks the two agree), so for Chapter 6 the --set overrides below
-# change nothing; Chapters 8 and 9 still train by the first editions' recipe until their converged
-# runs are in, and for them the overrides are the recipe (pending_results/README.md):
+# change nothing; Chapters 8 and 9 train by recipes that add one field each to these
+# (nmst_lib.experiments.config.EPS_PPL_CPU_RECIPE, UNIGRAM_HOLD_CPU_RECIPE), which their suites apply:
 #   vocab_kind=bpe vocab_cap=$VOCAB   subword pieces learned on the training split (nmst_lib.data.subwords)
 #   drop_unk=true   WikiText's own <unk> markers deleted from every split first (nmst_lib.data.drop_unk_markers):
 #       with them kept, greedy search wrote <unk> in 50 % of its output even with subword pieces

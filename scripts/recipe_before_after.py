@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from nmst_lib.report import token_share  # noqa: E402
 
 FAMILIES = ("wikitext2", "gpt2", "sparse", "temperature")
-BEFORE_REV = {"wikitext2": "6fce13e", "gpt2": "5393220", "sparse": "ea671a5"}
+BEFORE_REV = {"wikitext2": "6fce13e", "gpt2": "5393220", "sparse": "ea671a5", "temperature": "e5e337c"}
 """For each chapter that has switched, the last commit whose published store holds its
 first-edition results (its *after* is then the published store); the other chapters'
 first-edition results are still the published ones (HEAD), their converged ones pending."""

@@ -62,6 +62,35 @@ def test_html_table_missing_cells_floats_and_bad_input():
 # Repeated runs
 
 
+def test_and_list_joins_names_as_prose_without_a_serial_comma():
+    assert report.and_list(["VA"]) == "VA"
+    assert report.and_list(("VA", "ST")) == "VA and ST"
+    assert report.and_list(iter(["VA", "ST", "NMST"])) == "VA, ST and NMST"
+    with pytest.raises(ValueError, match="at least one"):
+        report.and_list([])
+    with pytest.raises(TypeError, match="non-empty strings"):
+        report.and_list(["VA", ""])
+    with pytest.raises(TypeError, match="non-empty strings"):
+        report.and_list(["VA", 3])
+
+
+def test_counted_puts_the_noun_in_the_number_the_count_asks_for():
+    assert report.counted(1, "seed") == "1 seed"
+    assert report.counted(0, "seed") == "0 seeds"
+    assert report.counted(3, "seed") == "3 seeds"
+    assert report.counted(np.int64(2), "model") == "2 models"
+    assert report.counted(4000, "piece") == "4,000 pieces"
+    assert report.counted(2, "mixture", "mixtures") == "2 mixtures"
+    assert report.counted(2, "index", "indices") == "2 indices"
+    with pytest.raises(ValueError, match=">= 0"):
+        report.counted(-1, "seed")
+    for bad in (1.0, True, "1"):
+        with pytest.raises(TypeError, match="n must be an int"):
+            report.counted(bad, "seed")
+    with pytest.raises(TypeError, match="noun"):
+        report.counted(1, "")
+
+
 def test_mean_std_uses_the_sample_standard_deviation():
     assert report.mean_std([1.0, 2.0, 3.0]) == "2.0 ± 1.0"
     assert report.mean_std([5.0]) == "5.0 ± n/a"

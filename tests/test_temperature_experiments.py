@@ -464,8 +464,8 @@ def test_analyses_reject_bad_input():
 # ------------------------------------------------------------------------- suite and store
 
 
-# Chapter 9's cpu suite under each of its two recipes: the first editions' (word-4-epochs) until the
-# chapter switches, the converged one after (issue 23). Keys get the vocabulary's suffix, and the
+# Chapter 9's cpu suite under each of its two recipes: the first editions' (word-4-epochs), and the
+# converged one it switched to (issue 23). Keys get the vocabulary's suffix, and the
 # parameter-matched VA is matched again for the vocabulary (162 units with 5,003 words, 159 with
 # 4,000 pieces).
 RECIPES = {"word-4-epochs": ("", 162), "converged-unigram-hold": ("-bpe4k-nounk", 159)}

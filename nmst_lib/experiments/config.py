@@ -693,9 +693,11 @@ WORD_CPU_RECIPE = dict(vocab_kind="word", vocab_cap=5000, drop_unk=False, max_ep
                        min_improvement=0.0)
 """The ``cpu`` recipe of the book's first editions: the 5,000 most frequent words + ``<unk>``
 (WikiText's markers kept) and 4 epochs, which stopped every model while it still improved.
-Chapter 9 still trains with it until its converged runs are in (:data:`CHAPTER_CPU_RECIPE`).
-Chapter 8 switched to :data:`EPS_PPL_CPU_RECIPE` with three of its four converged models in; the
-fourth, entmax-1.2, joined them in the published store when it finished."""
+No chapter trains with it now (:data:`CHAPTER_CPU_RECIPE`). Chapter 8 switched to
+:data:`EPS_PPL_CPU_RECIPE` with three of its four converged models in; the fourth, entmax-1.2,
+joined them in the published store when it finished. Chapter 9 switched to
+:data:`UNIGRAM_HOLD_CPU_RECIPE` with ten of its eleven seed-0 models in (book 5th edition); its
+CT-MoS joins them when it finishes."""
 
 UNIGRAM_HOLD_CPU_RECIPE = dict(CONVERGED_CPU_RECIPE, start_below_unigram=0.9)
 """Chapter 9's ``cpu`` recipe (09_temperature): :data:`CONVERGED_CPU_RECIPE` with the plateau rule
@@ -735,12 +737,13 @@ CPU_RECIPES = {"converged": CONVERGED_CPU_RECIPE, "converged-unigram-hold": UNIG
                "word-4-epochs": WORD_CPU_RECIPE}
 """The ``cpu`` recipes by name."""
 
-CHAPTER_CPU_RECIPE = {"wikitext2": "converged", "sparse": "converged-eps-ppl", "temperature": "word-4-epochs"}
+CHAPTER_CPU_RECIPE = {"wikitext2": "converged", "sparse": "converged-eps-ppl", "temperature": "converged-unigram-hold"}
 """Which recipe of :data:`CPU_RECIPES` each RNN/LSTM family's ``cpu`` suite trains with. A chapter
 moves to its converged recipe when one seed of each of its configurations is published by it
 (ARCHITECTURE.md, "Results, profiles and honesty"); until then it keeps its published results and
-their comparisons inside the chapter stay like for like. Chapter 9 compares with Chapter 6's
-LSTMs by its own recipe (:func:`nmst_lib.experiments.temperature_suite.baseline_configs`)."""
+their comparisons inside the chapter stay like for like. Every chapter has switched: Chapters 6-9
+train by a converged recipe, and Chapter 9 compares with Chapter 6's LSTMs by Chapter 6's
+(:func:`nmst_lib.experiments.temperature_suite.baseline_configs`)."""
 
 
 def chapter_recipe(family: str, profile: str) -> dict:
@@ -883,8 +886,7 @@ def make_config(profile: str = "quick", arch: str = "lstm", head: str = "va", ep
       L = 1e4 (greedy on 128 fixed validation contexts, the other decoders on the first 64 of
       them: a row that never stops costs an output-layer product per step for all 10,000
       steps). Chapters 8 and 9 add the fields of their own recipe
-      (:func:`chapter_recipe`: the 5,000-word, 4-epoch :data:`WORD_CPU_RECIPE` until their
-      converged runs are in).
+      (:func:`chapter_recipe`: :data:`EPS_PPL_CPU_RECIPE` and :data:`UNIGRAM_HOLD_CPU_RECIPE`).
     * ``paper``: Choi, Cho, Lee (2023) App. D: full vocabulary, RNN 2 x 256 dropout 0.3 / LSTM
       2 x 512 dropout 0.5, tied, AdamW lr 1e-3 betas (0.9, 0.99) wd 0.01, lr halved after a
       non-improving epoch, early stop after 10, <= 70 epochs, batch 32, clip 1.0, eps in

@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 
 from .._validation import check_eps
 from ..heads import eos_lower_bound
+from ..report import and_list
 from ..theory import (
     EOS_SHAPES,
     eos_probabilities,
@@ -49,7 +50,6 @@ from .style import (
     COLORS,
     FIGURE_DPI,
     HEAD_STYLES,
-    _and_list,
     _figure_and_axes,
     _format_number,
 )
@@ -253,7 +253,7 @@ def _eos_explorer(
 
     heads = _check_heads(plot_kwargs.get("heads", _HEADS))
     alt = (
-        f"p(eos | t) of the {_and_list(heads)} output "
+        f"p(eos | t) of the {and_list(heads)} output "
         f"layer{'s' if len(heads) > 1 else ''} against the step t on a log "
         "axis, with the lower bound f_lb(t) and a vertical line where it "
         "crosses one half (beta_eps; the half-life step t_1/2 is the next "

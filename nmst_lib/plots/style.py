@@ -217,15 +217,6 @@ def _format_number(value) -> str:
     return f"{value:g}"
 
 
-def _and_list(names) -> str:
-    """("VA",) -> "VA"; ("VA", "ST") -> "VA and ST";
-    ("VA", "ST", "NMST") -> "VA, ST and NMST"."""
-    names = list(names)
-    if len(names) == 1:
-        return names[0]
-    return ", ".join(names[:-1]) + " and " + names[-1]
-
-
 def _one_line_title(text: str, width: int = 110) -> str:
     """``text`` cut to ``width`` characters (with an ellipsis) for a one-line
     figure title."""
