@@ -149,6 +149,47 @@ class Band:
         return cls(k * math.sqrt(var), f"{k:g} binomial s.e. (Agresti-Coull) on {' and '.join(ns)} {_text(unit, 'unit')}")
 
     @classmethod
+    def rates(cls, a, n_a, b=None, n_b=None, *, names=("first", "second"), k: float = 2.0,
+              unit: str = "contexts") -> Band:
+        """``k`` standard errors of ``mean(a) - mean(b)`` for rates such as ``r_nt``, each model
+        measured once per seed on the same ``n`` contexts (``b=None``: one model against a number).
+
+        ``a`` and ``b`` are the per-seed rates. Each model's share of the variance is the larger of
+        two estimates of the variance of its mean: the seeds' (``var / s``, sample variance, when it
+        has ``s >= 2`` seeds) and the binomial one of its pooled rate on ``s * n`` continuations
+        (Agresti-Coull, as :meth:`binomial`). So one seed each gives :meth:`binomial`'s band; a
+        model whose seeds disagree more than its contexts do (greedy ``r_nt`` of two seeds of one
+        model can differ by far more than two binomial standard errors) brings its seeds' spread
+        even when the model it is compared with has one seed, where :meth:`from_seeds` has no
+        band; and two seeds that agree by chance never narrow the band below the binomial one.
+        ``names`` name the two models in the printed source.
+        """
+        groups = []
+        names = tuple(names) + ("second",) * (2 - len(tuple(names)))
+        for rates, n, name in ((a, n_a, names[0]), (b, n_b, names[1])):
+            if rates is None:
+                continue
+            vals = np.asarray(rates, dtype=float).ravel()
+            if vals.size == 0 or not np.all((vals >= 0) & (vals <= 1)):
+                raise ValueError(f"rates must be one or more values in [0, 1] (one per seed), got {vals.tolist()}")
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+                raise ValueError(f"n must be the number of {unit} per seed (an integer >= 1), got {n!r}")
+            groups.append((vals, int(n), _text(name, "name")))
+        if not groups:
+            raise ValueError("rates needs the per-seed rates of at least one model")
+        var, parts = 0.0, []
+        for vals, n, name in groups:
+            pooled = vals.size * n
+            q = (float(vals.mean()) * pooled + 2.0) / (pooled + 4.0)
+            binom = q * (1.0 - q) / (pooled + 4.0)
+            seeds = float(vals.var(ddof=1)) / vals.size if vals.size >= 2 else 0.0
+            var += max(binom, seeds)
+            parts.append(f"{name}: the spread of its {vals.size} seeds" if seeds > binom else
+                         f"{name}: binomial (Agresti-Coull) on {pooled:,} {_text(unit, 'unit')}"
+                         + (f" ({vals.size} seeds)" if vals.size > 1 else ""))
+        return cls(k * math.sqrt(var), f"{k:g} s.e.; {'; '.join(parts)}")
+
+    @classmethod
     def ks(cls, n_a, n_b, *, c: float = 1.36) -> Band:
         """The 5 % critical two-sample Kolmogorov-Smirnov distance ``c sqrt(1/n_a + 1/n_b)``.
 

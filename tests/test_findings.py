@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -384,6 +385,50 @@ def test_a_section_quotes_its_verdicts_by_claim_id():
         f.line("b")
     with pytest.raises(ValueError, match="at least one"):
         f.line()
+
+
+def test_rate_band_with_one_seed_each_is_the_binomial_band():
+    one = Band.rates([0.3], 128, [0.0], 128, names=("VA", "NMST"))
+    assert one.half_width == pytest.approx(Band.binomial(0.3, 128, 0.0, 128).half_width)
+    assert one.source == ("2 s.e.; VA: binomial (Agresti-Coull) on 128 contexts; "
+                          "NMST: binomial (Agresti-Coull) on 128 contexts")
+
+
+def test_rate_band_takes_each_models_seed_spread_when_it_exceeds_the_binomial_one():
+    # two seeds of VA that disagree (0.34 and 0.72, as Chapter 7's GPT-2 VA did) against one
+    # seed of a model: VA's share is var / 2 of its seeds, far above binomial on 256 contexts
+    a, b = [0.34, 0.72], [0.0]
+    band = Band.rates(a, 128, b, 128, names=("VA", "NMST"))
+    seeds = np.var(a, ddof=1) / 2
+    q = 2 / 132
+    assert band.half_width == pytest.approx(2 * np.sqrt(seeds + q * (1 - q) / 132))
+    assert "VA: the spread of its 2 seeds" in band.source
+    assert band.half_width > Band.binomial(0.53, 256, 0.0, 128).half_width
+    # with two or more seeds of each it is at least as wide as the band from the seeds alone
+    c = [0.05, 0.10, 0.02]
+    assert Band.rates(a, 128, c, 128).half_width >= Band.from_seeds(a, c).half_width - 1e-12
+
+
+def test_rate_band_never_narrower_than_binomial_on_the_pooled_continuations():
+    # two seeds that agree exactly have no spread: the binomial share of 2 x 128 remains
+    band = Band.rates([0.25, 0.25], 128)
+    q = (0.25 * 256 + 2) / 260
+    assert band.half_width == pytest.approx(2 * np.sqrt(q * (1 - q) / 260))
+    assert band.source == "2 s.e.; first: binomial (Agresti-Coull) on 256 contexts (2 seeds)"
+    # the verdict of a tie at zero stays within noise
+    assert decide(CLAIM, 0.0, Band.rates([0.0, 0.0], 128, [0.0], 128)).verdict == "within noise"
+
+
+@pytest.mark.parametrize("args, match", [
+    (([1.5], 128), r"\[0, 1\]"),
+    (([], 128), r"one or more"),
+    (([0.5], 0), r"integer >= 1"),
+    (([0.5], True), r"integer >= 1"),
+    ((None, 128), r"at least one model"),
+])
+def test_rate_band_rejects_bad_input_with_a_clear_error(args, match):
+    with pytest.raises(ValueError, match=match):
+        Band.rates(*args)
 
 
 def test_the_binomial_band_names_what_was_counted():

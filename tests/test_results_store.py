@@ -25,6 +25,7 @@ from nmst_lib.experiments import (
     suite_configs,
 )
 from nmst_lib.experiments import results as R
+from nmst_lib.experiments.gpt2 import gpt2_suite_configs
 from nmst_lib.experiments.temperature_suite import baseline_configs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +36,10 @@ BASELINES = [c for c in baseline_configs("cpu") if c.key not in {s.key for s in 
 """Chapter 9's Chapter 6 LSTMs by Chapter 9's recipe where that is not Chapter 6's own (the first
 editions' word recipe, until Chapter 9 switches; none after); read through Chapter 6's loader."""
 N_PUBLISHED = len(SUITE_PUBLISHED) + len(BASELINES)
-N_PUBLISHED_GPT2 = 7  # Chapter 7's seed-0 models (nmst_lib.experiments.gpt2.gpt2_suite_configs("cpu"))
+GPT2_PUBLISHED = [c for c in gpt2_suite_configs("cpu")
+                  if (REPO / "nmst_lib" / "published_results" / "gpt2" / f"{c.key}.json").is_file()]
+"""Chapter 7's cpu configs with a published result: its seven seed-0 models, then later seeds as they land."""
+N_PUBLISHED_GPT2 = len(GPT2_PUBLISHED)
 
 
 @pytest.fixture
@@ -72,7 +76,7 @@ def test_the_committed_gpt2_results_are_current_and_found_in_their_folder(write_
     files = {p.name for p in (R.published_results_dir() / "gpt2").glob("*.json")}
     assert files <= {f"{c.key}.json" for c in suite}, files - {f"{c.key}.json" for c in suite}
     first = {f"{c.key}.json" for c in suite if c.seed == 0}
-    assert len(first) == N_PUBLISHED_GPT2 and first <= files
+    assert len(first) == 7 and first <= files and len(files) == N_PUBLISHED_GPT2
     found = [s for s in load_gpt2_results("cpu") if s.path.name in files]
     assert len(found) == len(files)
     assert {(s.status, s.source) for s in found} == {(CURRENT, R.PUBLISHED)}
@@ -220,7 +224,9 @@ def test_the_wheel_carries_every_published_result(wheel):
     assert sum(name.startswith("nmst_lib/published_results/wikitext2/") for name in inside) == N_PUBLISHED
     assert sum(name.startswith("nmst_lib/published_results/sparse/") for name in inside) == len(
         list((PUBLISHED.parent / "sparse").glob("*.json"))) >= 3
+    # every file of gpt2/ is a suite config's result, and all seven seed-0 models are there
     assert sum(name.startswith("nmst_lib/published_results/gpt2/") for name in inside) == N_PUBLISHED_GPT2
+    assert sum(c.seed == 0 for c in GPT2_PUBLISHED) == 7
     for name, payload in inside.items():
         assert payload == (REPO / name).read_bytes()
 
