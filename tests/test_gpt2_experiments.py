@@ -143,6 +143,26 @@ def test_continuations_show_only_contexts_where_va_does_not_stop_side_by_side():
         G.gpt2_continuation_rows([va], max_contexts=0)
 
 
+def test_continuations_take_the_lowest_va_seed_that_fails_to_stop():
+    # VA seed 0 stops everywhere, seed 1 loops on context 1: the paper's choice (contexts where
+    # VA does not stop) is met by seed 1, and each row says which seed it shows
+    ctx = [" A", " B"]
+    va0 = _record("va", greedy=_decoding([4, 6], [True, True], contexts=ctx))
+    va1 = _record("va", seed=1, greedy=_decoding([5, 1000], [True, False], contexts=ctx,
+                                                  continuations=[" x.", " loop loop"]))
+    st0 = _record("st", 5e-4, greedy=_decoding([4, 80], [True, True], contexts=ctx))
+    st1 = _record("st", 5e-4, seed=1, greedy=_decoding([3, 9], [True, True], contexts=ctx))
+    rows = G.gpt2_continuation_rows([st1, va0, st0, va1])
+    assert sorted((r["example"], r["head"], r["seed"]) for r in rows) == [(1, "st", 0), (1, "va", 1)]
+    shown = {r["head"]: r for r in rows}
+    assert shown["va"]["continuation"] == " loop loop" and shown["st"]["length"] == 80
+    # without the rule every model shows its lowest seed
+    both = G.gpt2_continuation_rows([va1, va0, st0], only_va_nonterminating=False)
+    assert {(r["head"], r["seed"]) for r in both} == {("va", 0), ("st", 0)}
+    # no seed of VA fails to stop: nothing meets the rule
+    assert G.gpt2_continuation_rows([va0, st0]) == []
+
+
 def test_a_finished_continuation_is_shown_without_the_eos_token_text():
     ctx = [" A", " B"]
     va = _record("va", greedy=_decoding([3, 1000], [True, False], contexts=ctx,

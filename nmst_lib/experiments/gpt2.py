@@ -328,8 +328,12 @@ def gpt2_continuation_rows(results, *, eps: float | None = None, decoder: str = 
 
     Contexts are the stored examples of ``decoder`` (the first contexts of the fixed decoding
     subset, the same for every model); with ``only_va_nonterminating`` only those where VA did
-    not stop within L (the paper's choice), at most ``max_contexts`` of them (None: all). One row
-    per context and model: ``example`` (the context's index), ``context``, ``model``,
+    not stop within L (the paper's choice), at most ``max_contexts`` of them (None: all). Each
+    model shows its lowest stored seed, except that with ``only_va_nonterminating`` VA shows its
+    lowest seed that failed to stop on some stored context (two seeds of one model can differ
+    there: Chapter 7's GPT-2 VA seed 0 stopped on all 8, seed 1 on 2). One row
+    per context and model: ``example`` (the context's index), ``context``, ``model``, ``head``,
+    ``seed``,
     ``continuation`` (the first :data:`EXAMPLE_TOKENS` tokens, without the ``<|endoftext|>`` that
     ends a finished one: ``terminated`` says it stopped, and a page shows words, not the model's
     special tokens), ``length`` (full length in tokens, eos included when it stopped),
@@ -343,28 +347,33 @@ def gpt2_continuation_rows(results, *, eps: float | None = None, decoder: str = 
     chosen = []
     for head, e, recs in _groups(records):
         if head == "va" or _same_eps(e, eps):
-            rec = min(recs, key=lambda r: _model(r)[2])  # the lowest seed
-            if decoder in rec.get("decoding", {}):
-                chosen.append((model_label(head, e), head, rec["decoding"][decoder]["examples"]))
+            recs = sorted((r for r in recs if decoder in r.get("decoding", {})), key=lambda r: _model(r)[2])
+            if not recs:
+                continue
+            rec = recs[0]  # the lowest seed
+            if head == "va" and only_va_nonterminating:
+                rec = next((r for r in recs if not all(ex["terminated"] for ex in r["decoding"][decoder]["examples"])),
+                           rec)
+            chosen.append((model_label(head, e), head, _model(rec)[2], rec["decoding"][decoder]["examples"]))
     va = [c for c in chosen if c[1] == "va"]
     if not chosen or (only_va_nonterminating and not va):
         return []
-    n = min(len(c[2]) for c in chosen)
-    for label, _, examples in chosen[1:]:
-        for a, b in zip(chosen[0][2][:n], examples[:n]):
+    n = min(len(c[3]) for c in chosen)
+    for label, _, _, examples in chosen[1:]:
+        for a, b in zip(chosen[0][3][:n], examples[:n]):
             if a["context"] != b["context"]:
                 raise ValueError(f"{label}'s example {b['index']} continues another context than "
                                  f"{chosen[0][0]}'s: results from different data or decoding subsets")
-    picks = [i for i in range(n) if not only_va_nonterminating or not va[0][2][i]["terminated"]]
+    picks = [i for i in range(n) if not only_va_nonterminating or not va[0][3][i]["terminated"]]
     if max_contexts is not None:
         picks = picks[:max_contexts]
     rows = []
     for i in picks:
-        for label, _, examples in chosen:
+        for label, head, seed, examples in chosen:
             ex = examples[i]
             text = ex["continuation"].removesuffix(_EOS_TEXT) if ex["terminated"] else ex["continuation"]
-            rows.append({"example": ex["index"], "context": ex["context"], "model": label,
-                         "continuation": text, "length": ex["length"],
+            rows.append({"example": ex["index"], "context": ex["context"], "model": label, "head": head,
+                         "seed": seed, "continuation": text, "length": ex["length"],
                          "terminated": ex["terminated"], "truncated": ex["length"] > EXAMPLE_TOKENS})
     return rows
 

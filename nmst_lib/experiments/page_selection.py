@@ -139,7 +139,8 @@ def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResul
         parts.append(f"{n} further seed{'' if n == 1 else 's'} of the models shown "
                      f"{'is' if n == 1 else 'are'} not stored yet ({what}): each table shows the mean "
                      "over a model's stored seeds, and a finding's noise band comes from the seeds "
-                     "where both models compared have two or more, else from a floor the page states")
+                     "where both models compared have two or more (a rate's band also from the seeds "
+                     "of one of them), else from a floor the page states")
     return "; ".join(parts) + "."
 
 
