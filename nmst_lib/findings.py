@@ -211,6 +211,38 @@ class Band:
         return cls(c * math.sqrt(1 / n_a + 1 / n_b), f"the 5% two-sample KS distance for {n_a:,} + {n_b:,} lengths")
 
 
+    @classmethod
+    def ks_over_seeds(cls, a, n_a, b, n_b, *, names=("first", "second"), k: float = 2.0,
+                      c: float = 1.36) -> Band:
+        """The band of ``mean(a) - mean(b)``, where ``a`` and ``b`` are two models' KS distances to
+        the same data's lengths, one per seed, each from ``n_a`` (``n_b``) lengths per seed.
+
+        The wider of two: :meth:`ks` for one seed of each (``n_a`` and ``n_b`` lengths, never the
+        pooled count: two seeds of one model are two models, and their lengths are not one sample
+        of twice the size), and ``k`` standard errors from the seeds' spread of each model that
+        has two or more seeds (``var / s`` each, added; Chapters 6 and 7 saw two seeds of one model
+        differ by more than the KS band). With one seed each it is :meth:`ks`. ``names`` name the
+        two models in the printed source.
+        """
+        groups = []
+        for vals, name in ((a, names[0]), (b, names[1])):
+            vals = np.asarray(vals, dtype=float).ravel()
+            if vals.size == 0 or not np.all((vals >= 0) & (vals <= 1)):
+                raise ValueError(f"KS distances must be one or more values in [0, 1] (one per seed), "
+                                 f"got {vals.tolist()}")
+            groups.append((vals, _text(name, "name")))
+        sampling = cls.ks(n_a, n_b, c=c)
+        spread = [(vals, name) for vals, name in groups if vals.size >= 2]
+        if not spread:
+            return sampling
+        var = sum(float(vals.var(ddof=1)) / vals.size for vals, _ in spread)
+        seeds = k * math.sqrt(var)
+        if seeds <= sampling.half_width:
+            return sampling
+        which = " and ".join(f"{name}'s {vals.size} seeds" for vals, name in spread)
+        return cls(seeds, f"{k:g} s.e. from the spread of {which}, wider than {sampling.source}")
+
+
 class UnknownBandError(ValueError):
     """One seed per model and no stated floor: no noise band, so no verdict (:func:`noise_band`)."""
 

@@ -431,6 +431,32 @@ def test_rate_band_rejects_bad_input_with_a_clear_error(args, match):
         Band.rates(*args)
 
 
+def test_ks_band_over_seeds_is_the_ks_band_with_one_seed_each():
+    assert Band.ks_over_seeds([0.3], 128, [0.5], 128) == Band.ks(128, 128)
+
+
+def test_ks_band_over_seeds_widens_with_a_models_seed_spread_and_never_pools_lengths():
+    # Chapter 6's LSTM VA: KS 0.391 and 0.430 for seeds 0 and 1, ST one seed: the spread is
+    # small, so the band is the KS band of one seed of each (128 + 128), not of 128 + 256 pooled
+    small = Band.ks_over_seeds([0.258], 128, [0.391, 0.430], 128, names=("ST", "VA"))
+    assert small == Band.ks(128, 128)
+    assert small.half_width > Band.ks(128, 256).half_width
+    # Chapter 7's GPT-2 VA: 0.461 and 0.773, far apart: 2 s.e. from VA's seeds
+    wide = Band.ks_over_seeds([0.867], 128, [0.461, 0.773], 128, names=("ST", "VA"))
+    assert wide.half_width == pytest.approx(2 * np.sqrt(np.var([0.461, 0.773], ddof=1) / 2))
+    assert wide.source.startswith("2 s.e. from the spread of VA's 2 seeds, wider than the 5% two-sample KS")
+    both = Band.ks_over_seeds([0.2, 0.6], 128, [0.461, 0.773], 128, names=("A", "B"))
+    assert both.half_width == pytest.approx(
+        2 * np.sqrt(np.var([0.2, 0.6], ddof=1) / 2 + np.var([0.461, 0.773], ddof=1) / 2))
+    assert "A's 2 seeds and B's 2 seeds" in both.source
+
+
+@pytest.mark.parametrize("a, b", [([], [0.1]), ([1.2], [0.1]), ([0.1], [-0.1])])
+def test_ks_band_over_seeds_rejects_distances_outside_0_1(a, b):
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        Band.ks_over_seeds(a, 128, b, 128)
+
+
 def test_the_binomial_band_names_what_was_counted():
     assert Band.binomial(0.5, 159, unit="tokens").source == "2 binomial s.e. (Agresti-Coull) on 159 tokens"
     with pytest.raises(ValueError):
