@@ -96,11 +96,12 @@ def queue() -> list[tuple[str, object]]:
 
 
 def where_done(family: str, config, work: Path | None, tree: Path = ROOT) -> str | None:
-    """Where a CURRENT result of ``config`` is stored (None: nowhere)."""
+    """Where a CURRENT result of ``config`` is stored (None: nowhere): the repository's stores
+    first, so that ``WORK/out`` names a finished result that is not committed yet (to land)."""
     fam = get_family(family)
-    places = [("pending_results", tree / "pending_results"), ("published", published_results_dir())]
+    places = [("published", published_results_dir()), ("pending_results", tree / "pending_results")]
     if work is not None:
-        places.insert(0, ("WORK/out", work / "out"))
+        places.append(("WORK/out", work / "out"))
     for label, folder in places:
         if folder.is_dir() and fam.load(config, folder).status == CURRENT:
             return label
@@ -221,10 +222,11 @@ def status(work: Path) -> None:
     claimed = {p.name for p in (work / "claims").glob("*")} if (work / "claims").is_dir() else set()
     for family, config in queue():
         done = where_done(family, config, work, tree=work / "tree" if (work / "tree").is_dir() else ROOT)
-        state = f"done ({done})" if done else ("running" if config.key in claimed else "to run")
+        state = ("done, to land (WORK/out)" if done == "WORK/out" else f"done ({done})") if done else (
+            "running" if config.key in claimed else "to run")
         if not done:
             todo_minutes += MINUTES[family]
-        rows.append(f"{state:24} {family:12} {config.key}")
+        rows.append(f"{state:26} {family:12} {config.key}")
     print("\n".join(rows))
     n_done = sum(r.startswith("done") for r in rows)
     print(f"\n{n_done} of {len(rows)} done; the rest is about {todo_minutes / 60:.0f} CPU hours "

@@ -100,18 +100,23 @@ def test_a_claim_is_exclusive_and_a_dead_lanes_claim_is_cleared(tq, tmp_path):
     assert not any((tmp_path / "claims").iterdir())
 
 
-def test_a_model_with_a_current_result_is_done_wherever_it_is_stored(tq, plan, tmp_path):
+def test_a_model_with_a_current_result_is_done_wherever_it_is_stored(tq, plan, tmp_path, monkeypatch):
     family, config = next((f, c) for f, c in plan if f == "wikitext2")
     published = tq.where_done(family, config, tmp_path)
     if published is None:
         pytest.skip("no published result of the first Chapter 6 model")
     assert published == "published"
     fam = get_family(family)
-    stored = fam.load(config)  # copy it into WORK/out: found there first
-    target = fam.path(config, tmp_path / "out")
+    stored = fam.load(config)
+    target = fam.path(config, tmp_path / "work" / "out")
     target.parent.mkdir(parents=True)
     target.write_bytes(Path(stored.path).read_bytes())
-    assert tq.where_done(family, config, tmp_path) == "WORK/out"
+    # committed and in WORK/out: the repository's copy is named (nothing to land)
+    assert tq.where_done(family, config, tmp_path / "work") == "published"
+    # only in WORK/out: a finished result that is not committed yet
+    monkeypatch.setattr(tq, "published_results_dir", lambda: tmp_path / "empty")
+    assert tq.where_done(family, config, tmp_path / "work", tree=tmp_path) == "WORK/out"
+    assert tq.where_done(family, config, None, tree=tmp_path) is None
 
 
 def test_update_tree_is_refused_while_a_lane_runs_and_checks_out_the_commit_otherwise(tq, tmp_path, monkeypatch):
