@@ -515,6 +515,27 @@ def ks_distance(a, b) -> float:
     return float(np.max(np.abs(fa - fb)))
 
 
+def ks_by_seed(runs, data_lengths, decoder: str = "greedy") -> tuple[np.ndarray, int]:
+    """Each stored seed's :func:`ks_distance` from its ``decoder`` lengths (unfinished: longer
+    than every real line, :func:`stored_termination_steps`) to the data's lengths, and the number
+    of lengths of one seed. ``runs`` are the stored results of one model, one per seed, decoded
+    on the same contexts. Two seeds of one model are two samples, never pooled into one: the
+    noise band of a KS finding is :meth:`nmst_lib.findings.Band.ks_over_seeds` (Chapters 6-7)."""
+    runs = list(runs)
+    if not runs:
+        raise ValueError("ks_by_seed needs the stored results of at least one seed")
+    steps = []
+    for r in runs:
+        try:
+            steps.append(stored_termination_steps(r["decoding"][decoder]))
+        except (KeyError, TypeError):
+            raise ValueError(f"a result has no {decoder!r} decoding record") from None
+    sizes = {s.size for s in steps}
+    if len(sizes) != 1:
+        raise ValueError(f"the seeds were decoded on different numbers of contexts: {sorted(sizes)}")
+    return np.array([ks_distance(s, data_lengths) for s in steps]), sizes.pop()
+
+
 @dataclass(frozen=True)
 class TokenShare:
     """``count`` occurrences of a token among ``total`` tokens; ``fraction`` = count / total

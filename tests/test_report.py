@@ -213,6 +213,23 @@ def test_ks_distance_extremes_and_unfinished_lengths():
         report.ks_distance([], [1])
 
 
+def test_ks_by_seed_gives_one_distance_per_seed_never_pooled():
+    data = [1, 2, 3, 4]
+    seed0 = {"decoding": {"greedy": {"lengths": [1, 2, 3, 4], "terminated": [True] * 4}}}
+    seed1 = {"decoding": {"greedy": {"lengths": [1, 2, 1000, 1000], "terminated": [True, True, False, False]}}}
+    ks, n = report.ks_by_seed([seed0, seed1], data)
+    assert n == 4 and ks.tolist() == [0.0, 0.5]  # the unfinished count as longer than every line
+    # pooling the two seeds would give one distance of 0.25 on 8 lengths, which is neither seed
+    assert report.ks_distance(np.r_[[1, 2, 3, 4], [1, 2, math.inf, math.inf]], data) == 0.25
+    with pytest.raises(ValueError, match="at least one seed"):
+        report.ks_by_seed([], data)
+    with pytest.raises(ValueError, match="no 'greedy' decoding"):
+        report.ks_by_seed([{"decoding": {}}], data)
+    short = {"decoding": {"greedy": {"lengths": [1, 2], "terminated": [True, True]}}}
+    with pytest.raises(ValueError, match="different numbers of contexts"):
+        report.ks_by_seed([seed0, short], data)
+
+
 def test_token_share_longest_run_and_repeating_tail():
     texts = ["<unk> , <unk> <unk> <eos>", ["the", "<unk>"]]
     share = report.token_share(texts)
