@@ -69,6 +69,7 @@ __all__ = [
     "lengths_from_histogram",
     "LengthSummary",
     "ks_distance",
+    "ks_by_seed",
     "length_summary",
     "TokenShare",
     "token_share",
