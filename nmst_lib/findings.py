@@ -143,8 +143,7 @@ class Band:
             p = _real(p, "rate")
             if not 0.0 <= p <= 1.0 or isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
                 raise ValueError(f"a rate must lie in [0, 1] with n >= 1 contexts, got p={p}, n={n!r}")
-            q = (p * n + 2.0) / (n + 4.0)
-            var += q * (1.0 - q) / (n + 4.0)
+            var += _agresti_coull_var(p, n)
             ns.append(str(n))
         return cls(k * math.sqrt(var), f"{k:g} binomial s.e. (Agresti-Coull) on {' and '.join(ns)} {_text(unit, 'unit')}")
 
@@ -180,8 +179,7 @@ class Band:
         var, parts = 0.0, []
         for vals, n, name in groups:
             pooled = vals.size * n
-            q = (float(vals.mean()) * pooled + 2.0) / (pooled + 4.0)
-            binom = q * (1.0 - q) / (pooled + 4.0)
+            binom = _agresti_coull_var(float(vals.mean()), pooled)
             seeds = float(vals.var(ddof=1)) / vals.size if vals.size >= 2 else 0.0
             var += max(binom, seeds)
             parts.append(f"{name}: the spread of its {vals.size} seeds" if seeds > binom else
@@ -209,7 +207,6 @@ class Band:
         if c <= 0:
             raise ValueError(f"c must be > 0 (1.36 for 5 %), got {c}")
         return cls(c * math.sqrt(1 / n_a + 1 / n_b), f"the 5% two-sample KS distance for {n_a:,} + {n_b:,} lengths")
-
 
     @classmethod
     def ks_over_seeds(cls, a, n_a, b, n_b, *, names=("first", "second"), k: float = 2.0,
@@ -241,6 +238,13 @@ class Band:
             return sampling
         which = " and ".join(f"{name}'s {vals.size} seeds" for vals, name in spread)
         return cls(seeds, f"{k:g} s.e. from the spread of {which}, wider than {sampling.source}")
+
+
+def _agresti_coull_var(p: float, n: int) -> float:
+    """The Agresti-Coull variance ``q (1 - q) / (n + 4)``, ``q = (p n + 2) / (n + 4)``, of a rate
+    ``p`` counted on ``n`` units (:meth:`Band.binomial`, :meth:`Band.rates`)."""
+    q = (p * n + 2.0) / (n + 4.0)
+    return q * (1.0 - q) / (n + 4.0)
 
 
 class UnknownBandError(ValueError):
