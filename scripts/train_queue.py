@@ -4,6 +4,7 @@
     python scripts/train_queue.py start WORK [LANES]   LANES (default 2) lanes in the background
     python scripts/train_queue.py start WORK --update-tree   first move WORK/tree to this HEAD
     python scripts/train_queue.py status WORK          done, running and still to run, with times
+    python scripts/train_queue.py land WORK [KEY ...]  copy finished results into the published store
     python scripts/train_queue.py lane WORK            one lane in the foreground (what start runs)
 
 Every model of the ``cpu`` suites of Chapters 6-9 by its chapter's converged recipe
@@ -23,7 +24,12 @@ atomically with ``mkdir``), trains or resumes it in a child process
 empty. A model is done when a CURRENT result of it is in ``WORK/out``, in ``pending_results/``
 or in the published store of the worktree, so a plan restarted on a new machine skips what is
 committed. Lanes stop when the session that started them ends; ``start`` again resumes every
-model from its last epoch. Commit each result as it lands (``pending_results/README.md``).
+model from its last epoch. Commit each result as it lands (``pending_results/README.md``):
+``land`` copies every finished result of ``WORK/out`` that is not committed yet (or the KEYs
+named) into ``nmst_lib/published_results/FAMILY/`` of this checkout, byte for byte and
+atomically, refusing one that is not CURRENT or was made from a dirty tree, and prints what a
+commit message and the record need (perplexities, epochs, the stopping rule, greedy decoding,
+commit, hours) beside the same configuration's other seeds.
 
 ``--update-tree`` moves ``WORK/tree`` to this checkout's HEAD before the lanes start (refused
 while a lane runs), so that a plan whose suites grew (e.g. the seeds of Chapters 7 and 8) trains
@@ -54,6 +60,7 @@ from nmst_lib.experiments.config import (  # noqa: E402
     UNIGRAM_HOLD_CPU_RECIPE,
 )
 from nmst_lib.experiments.results import published_results_dir  # noqa: E402
+from nmst_lib.files import atomic_write_bytes  # noqa: E402
 
 RECIPES = {"wikitext2": CONVERGED_CPU_RECIPE, "gpt2": GPT2_CONVERGED_CPU_RECIPE,
            "sparse": EPS_PPL_CPU_RECIPE, "temperature": UNIGRAM_HOLD_CPU_RECIPE}
@@ -233,6 +240,52 @@ def status(work: Path) -> None:
           f"({todo_minutes / 60 / 2:.0f} h on two lanes; MINUTES per model)")
 
 
+def summary(data: dict) -> str:
+    """One line of what the record of a landed result needs (any family's result)."""
+    m, prov = data["metrics"], data["provenance"]
+    stop = "early stop" if m.get("stopped_early") else "epoch cap"
+    line = (f"val {m['val_ppl']:.1f}, test {m['test_ppl']:.1f} (best epoch {m['best_epoch']} of "
+            f"{m['epochs_run']}, {stop})")
+    greedy = data.get("decoding", {}).get("greedy")
+    if greedy:
+        line += (f"; greedy {greedy['not_terminated']} of {greedy['num_contexts']} unfinished at "
+                 f"L = {greedy['max_len']}")
+    return line + f"; clean {prov['git_sha'][:7]}, {prov.get('train_seconds', 0) / 3600:.1f} h training"
+
+
+def land(work: Path, keys: list[str], store: Path | None = None) -> list[Path]:
+    """Copy the finished, not yet committed results of ``WORK/out`` (only ``keys`` when given)
+    into the published store; returns the files written."""
+    store = published_results_dir() if store is None else store
+    jobs = {c.key: (f, c) for f, c in queue()}
+    unknown = [k for k in keys if k not in jobs]
+    if unknown:
+        raise SystemExit(f"not in the plan: {', '.join(unknown)} (see `train_queue.py plan`)")
+    written = []
+    for key in keys or list(jobs):
+        family, config = jobs[key]
+        where = where_done(family, config, work)
+        if where != "WORK/out":
+            if keys:
+                raise SystemExit(f"{key}: no finished result waits in {work / 'out'} ({where or 'not done'})")
+            continue
+        source = work / "out" / family / f"{key}.json"
+        data = json.loads(source.read_text(encoding="utf-8"))
+        if data["provenance"].get("git_dirty") is not False:
+            raise SystemExit(f"{key}: made from a tree with local changes (git_dirty); not landed")
+        target = store / family / f"{key}.json"
+        atomic_write_bytes(target, source.read_bytes())
+        written.append(target)
+        print(f"[land] {family} {key}: {summary(data)}")
+        stem = key.rsplit("-seed", 1)[0]
+        for other in sorted((store / family).glob(f"{stem}-seed*.json")):
+            if other != target:
+                print(f"         beside {other.stem}: {summary(json.loads(other.read_text(encoding='utf-8')))}")
+    if not written:
+        print("[land] nothing to land")
+    return written
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -243,6 +296,9 @@ def main(argv=None) -> None:
     s.add_argument("--update-tree", action="store_true", help="move WORK/tree to this HEAD first")
     for name in ("status", "lane"):
         sub.add_parser(name).add_argument("work", type=Path)
+    s = sub.add_parser("land", help="copy finished results into the published store")
+    s.add_argument("work", type=Path)
+    s.add_argument("keys", nargs="*")
     args = p.parse_args(argv)
     if args.command == "plan":
         for family, config in queue():
@@ -253,6 +309,8 @@ def main(argv=None) -> None:
         start(args.work.resolve(), args.lanes, update=args.update_tree)
     elif args.command == "status":
         status(args.work.resolve())
+    elif args.command == "land":
+        land(args.work.resolve(), args.keys)
     else:
         run_lane(args.work.resolve())
 

@@ -6,6 +6,7 @@ claim is exclusive, and the claims of lanes that no longer run are cleared."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -131,3 +132,38 @@ def test_update_tree_is_refused_while_a_lane_runs_and_checks_out_the_commit_othe
     tq.release(tmp_path, "some-model")
     tq.update_tree(tmp_path, "abc123")
     assert calls == [["git", "-C", str(tmp_path / "tree"), "checkout", "--quiet", "--detach", "abc123"]]
+
+
+def test_land_copies_a_waiting_result_byte_for_byte_once_and_refuses_a_dirty_one(tq, plan, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """``land`` moves a finished result of WORK/out into the published store unchanged; landed, it
+    is no longer waiting; a result made from a tree with local changes is never published."""
+    family, config = next((f, c) for f, c in plan if f == "wikitext2")
+    if tq.where_done(family, config, None) != "published":
+        pytest.skip("no published result of the first Chapter 6 model")
+    fam = get_family(family)
+    payload = Path(fam.load(config).path).read_bytes()
+    work, store = tmp_path / "work", tmp_path / "store"
+    waiting = fam.path(config, work / "out")
+    waiting.parent.mkdir(parents=True)
+    waiting.write_bytes(payload)
+    monkeypatch.setattr(tq, "published_results_dir", lambda: store)
+    assert tq.where_done(family, config, work, tree=tmp_path) == "WORK/out"
+    written = tq.land(work, [], store=store)
+    assert written == [store / family / f"{config.key}.json"]
+    assert written[0].read_bytes() == payload
+    assert "val " in capsys.readouterr().out
+    assert tq.land(work, [], store=store) == []  # landed: nothing waits any more
+    with pytest.raises(SystemExit, match="no finished result waits"):
+        tq.land(work, [config.key], store=store)
+    with pytest.raises(SystemExit, match="not in the plan"):
+        tq.land(work, ["no-such-model"], store=store)
+    # a dirty result: refused, the store keeps nothing of it
+    written[0].unlink()
+    data = json.loads(payload)
+    data["provenance"]["git_dirty"] = True
+    waiting.write_text(json.dumps(data), encoding="utf-8")
+    assert tq.where_done(family, config, work, tree=tmp_path) == "WORK/out"  # CURRENT for its config
+    with pytest.raises(SystemExit, match="git_dirty"):
+        tq.land(work, [config.key], store=store)
+    assert not written[0].exists()
