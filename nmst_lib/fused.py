@@ -1,4 +1,4 @@
-"""Fused ST / NMST output layers: log-probabilities and the NLL from ONE log-softmax pass.
+"""Fused ST / NMST output layers: the NLL and its gradient from ONE log-softmax pass.
 
 The ST and NMST layers (Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023), Defs. 5-6,
 eqs. 9-10; Chapters 4 and 5) give eos the probability ``p(eos)`` of their eos rule and every
@@ -6,66 +6,45 @@ other token ``v``
 
     ``log p(v) = log(1 - p(eos)) + log q_v``,   ``q = softmax over the NON-eos logits``.
 
-Written naively, ``log q`` needs a copy of the logits with the eos logit set to ``-inf`` before
-the log-softmax: one more pass over ``[B, T, V]`` than the vanilla layer. This module gets
-``log q`` from the log-softmax over ALL the logits, ``lp = z - logsumexp(z)``, which the
-vanilla layer computes anyway: with ``r = log(1 - softmax(z)_eos) = log1p(-exp(lp_eos))`` (the
-log of the non-eos mass of the full softmax), ``log q_v = lp_v - r`` for ``v != eos``, so
-
-    ``log p(v) = lp_v + shift``,   ``shift = log(1 - p(eos)) - r``    (one number per row).
-
-This is exact up to rounding as long as the eos logit does not dominate: ``r`` is in
-``[-log 2, 0]`` when ``softmax(z)_eos <= 1/2``, where ``log1p(-exp(.))`` is well conditioned and
-``lp_v - r`` loses nothing. Rows where eos holds more than half of the full softmax mass (e.g.
-an eos logit of 1e4 next to logits near 0, where ``lp_v`` would carry the absolute rounding
-error of 1e4 and ``r`` would underflow) are few; they are recomputed exactly, from their own
-logits with eos masked, as before. So every row is as accurate as the two-pass layer.
+``log q`` is the log-softmax of the logits with the eos logit set to ``-inf``
+(:func:`non_eos_log_softmax`): exact on every row, whatever the eos logit, since the eos logit
+never enters it. The eos logit itself only feeds the small (``[..., T]``) eos rule, which is read
+(and cloned) before the mask is written. Where the logits are ours (the projection of
+:class:`ProjectedFusedNLL` computes them inside) the mask and the log-softmax are written in
+place; otherwise into one copy (the tensor an out-of-place log-softmax would allocate; writing
+it is one more pass). These are the steps the heads' own log-probabilities take, so the loss is
+``-log p(y_t)`` of :meth:`nmst_lib.heads.OutputHead.forward` bit for bit.
 
 The NLL ``-log p(y_t)`` (Choi, Cho, Lee (2023), eq. 3) then needs only the gathered entry
-``lp_y + shift`` (or ``-log p(eos)`` at eos targets), and its gradient with respect to a
-non-eos logit is ``c_t (q_v - [v = y_t])`` with ``c_t = g_t [y_t != eos]``: the saved ``lp`` is
-turned in place into ``exp(lp) = softmax(z)`` and scaled by ``c_t exp(-r_t)`` (``q_v = softmax(z)_v
-exp(-r)``). The eos column comes from the (small, ``[..., T]``) eos rule, differentiated by
-autograd. Forward: one log-softmax over ``[B, T, V]``; backward: ``exp`` and a multiply in
-place. That is the vanilla layer's work (log-softmax forward, log-softmax backward), on the
-same code path for CPU and CUDA (the exact rows are found with one ``nonzero``, a host
-synchronisation per call on CUDA). ``benchmarks/bench_heads.py`` measures it.
+``log q_y + log(1 - p(eos))`` (or ``-log p(eos)`` at eos targets), and its gradient with respect
+to a non-eos logit is ``c_t (q_v - [v = y_t])`` with ``c_t = g_t [y_t != eos]``: the saved
+``log q`` is turned in place into ``q = exp(log q)`` (0 in the eos column) and scaled by ``c_t``.
+The eos column comes from the eos rule, differentiated by autograd. Forward: one log-softmax over
+``[B, T, V]``; backward: ``exp`` and a multiply in place. That is the vanilla layer's work
+(log-softmax forward, log-softmax backward), on the same code path for CPU and CUDA.
 
-Used by :mod:`nmst_lib.heads` for the training loss of every ST and NMST model the experiment
-chapters train (Chapters 6-9); the log-probabilities a model reports for decoding and
-evaluation come from the heads' two-pass computation, which keeps float32's relative precision
-of a log-probability near 0 (Chapter 4's check).
+An earlier version (up to session 22) took the log-softmax over ALL the logits and shifted it
+by ``log(1 - softmax(z)_eos)`` per row, recomputing exactly the rows where eos held more than
+half of the full softmax's mass. A trained ST model keeps its eos logit large, so that
+``prod_s (1 - eps) sigma(z_eos)`` stays near 1: after one epoch eos held that mass on 85 % of the
+positions of 1,024 validation tokens for Chapter 7's ST GPT-2 (0 % for its NMST twin), and the
+recomputation ran on nearly every row. ``benchmarks/bench_heads.py`` (32 x 35 x 33,278 float32
+logits, one thread, one run each) measured the shifted loss at 2.33 times the vanilla layer's
+time where every row is eos-dominated and the masked one at 0.74 times; on random logits, where
+none is, the masked loss costs 0.80 times the vanilla layer's against the shift's 0.71 (the copy
+the mask is written into). Used by :mod:`nmst_lib.heads` for the training loss of every ST and NMST
+model the experiment chapters train (Chapters 6-9); the log-probabilities a model reports for
+decoding and evaluation come from the heads' own computation (Chapter 4's check).
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["SplitLogSoftmax", "split_log_softmax", "assemble_log_probs", "fused_nll_forward", "fused_nll_backward",
-           "FusedNLL", "ProjectedFusedNLL"]
-
-_LOG_HALF = -math.log(2.0)
-
-
-class SplitLogSoftmax(NamedTuple):
-    """The log-softmax over all logits, and how to turn it into the layer's log-probabilities.
-
-    ``lp[..., V]``: ``log softmax(z)`` (the full one, eos included). ``shift[...]``: added to
-    ``lp`` gives the layer's non-eos log-probabilities. ``neg_r[...]``: ``-log(1 - softmax(z)_eos)``
-    (so that ``q_v = softmax(z)_v exp(neg_r)``). ``rows``: flat indices of the rows computed
-    exactly instead (eos holds more than half the mass there); ``exact_lq[len(rows), V]``: their
-    ``log q`` (non-eos log-softmax, ``-inf`` at eos). ``shift`` and ``neg_r`` are meaningless on
-    those rows."""
-
-    lp: torch.Tensor
-    shift: torch.Tensor
-    neg_r: torch.Tensor
-    rows: torch.Tensor
-    exact_lq: torch.Tensor
+__all__ = ["non_eos_log_softmax", "fused_nll_forward", "fused_nll_backward", "FusedNLL", "ProjectedFusedNLL"]
 
 
 def _log_softmax(logits: torch.Tensor, inplace: bool) -> torch.Tensor:
@@ -75,76 +54,42 @@ def _log_softmax(logits: torch.Tensor, inplace: bool) -> torch.Tensor:
     return torch.log_softmax(logits, dim=-1)
 
 
-def split_log_softmax(logits: torch.Tensor, eos_id: int, log_keep: torch.Tensor, inplace: bool = False,
-                      row_logits=None) -> SplitLogSoftmax:
-    """One log-softmax pass over ``logits[..., V]`` and the per-row terms that turn it into an
-    ST / NMST layer with ``log(1 - p(eos)) = log_keep`` (module docstring).
+def non_eos_log_softmax(logits: torch.Tensor, eos_id: int, inplace: bool = False) -> torch.Tensor:
+    """``log q``: the log-softmax of ``logits[..., V]`` over the non-eos tokens, ``-inf`` in the
+    eos column (Choi, Cho, Lee (2023), Defs. 5-6: ``q = softmax_{v != eos}(z)``; Chapter 4).
 
-    ``inplace``: the logits (contiguous, owned by the caller, no longer needed) become ``lp``;
-    then ``row_logits(flat_rows)`` must return the original logits of those rows
-    (``[len(flat_rows), V]``), for the rows recomputed exactly. Without ``inplace`` they are
-    read from ``logits``."""
-    V = logits.shape[-1]
-    if row_logits is None:
-        if inplace:
-            raise ValueError("split_log_softmax(inplace=True) needs row_logits to recompute eos-dominated rows")
-        def row_logits(rows):  # only called when some row is eos-dominated
-            return logits.reshape(-1, V)[rows]
-    lp = _log_softmax(logits, inplace)
-    lp_eos = lp[..., eos_id]
-    dominated = lp_eos > _LOG_HALF  # softmax(z)_eos > 1/2
-    # r = log(1 - softmax_eos) in [-log 2, 0] on the other rows; a harmless -1 stands in on dominated rows
-    neg_r = torch.log1p(-torch.exp(torch.where(dominated, -1.0, lp_eos))).neg_()
-    shift = log_keep + neg_r
-    rows = dominated.reshape(-1).nonzero().squeeze(1)
-    if rows.numel():
-        z = row_logits(rows).to(dtype=lp.dtype, copy=True)
-        z[:, eos_id] = -math.inf
-        exact_lq = torch.log_softmax(z, dim=-1)
-    else:
-        exact_lq = lp.new_empty((0, V))
-    return SplitLogSoftmax(lp, shift, neg_r, rows, exact_lq)
+    ``inplace``: the logits (owned by the caller, no longer needed, their eos column read
+    already) become ``log q``; otherwise one copy does. Exact on every row, whatever the eos
+    logit (1e4 included): the eos logit never enters the sum."""
+    z = logits if inplace and logits.is_contiguous() else logits.clone(memory_format=torch.contiguous_format)
+    z[..., eos_id] = -math.inf
+    return _log_softmax(z, inplace=True)
 
 
-def assemble_log_probs(split: SplitLogSoftmax, eos_id: int, log_p_eos: torch.Tensor,
-                       log_keep: torch.Tensor) -> torch.Tensor:
-    """The layer's log-probabilities ``[..., V]``, in the memory of ``split.lp``:
-    ``lp + shift`` (exact rows: ``log q + log(1 - p(eos))``), eos column ``log p(eos)``."""
-    out = split.lp.add_(split.shift.unsqueeze(-1))
-    if split.rows.numel():
-        flat = out.view(-1, out.shape[-1])
-        flat[split.rows] = split.exact_lq + log_keep.reshape(-1)[split.rows].unsqueeze(-1)
-    out[..., eos_id] = log_p_eos
-    return out
-
-
-def fused_nll_forward(logits, targets, eos_id, eos_rule, rule_inputs, inplace: bool, row_logits=None):
+def fused_nll_forward(logits, targets, eos_id, eos_rule, rule_inputs, inplace: bool):
     """``-log p(y_t)`` per position and what the backward needs.
 
     ``eos_id is None``: the vanilla layer (``-log softmax(z)_y``). Otherwise the eos rule
-    ``eos_rule(eos_logits, *rule_inputs) -> (log p(eos), log(1 - p(eos)))`` of ST or NMST.
-    Equal bit for bit to ``-(layer log-probabilities)[y]`` as :func:`assemble_log_probs` forms them.
+    ``eos_rule(eos_logits, *rule_inputs) -> (log p(eos), log(1 - p(eos)))`` of ST or NMST and
+    ``log q`` (:func:`non_eos_log_softmax`). ``inplace``: the logits become the saved tensor.
     Returns ``(losses, saved)``; ``saved`` is a tuple of tensors for :func:`fused_nll_backward`."""
     index = targets.unsqueeze(-1)
     if eos_id is None:
         lp = _log_softmax(logits, inplace)
         return -lp.gather(-1, index).squeeze(-1), (lp,)
-    eos_logits = logits[..., eos_id].clone()  # before an in-place log-softmax overwrites it
+    eos_logits = logits[..., eos_id].clone()  # before the mask overwrites it (in place)
     log_p_eos, log_keep = eos_rule(eos_logits, *rule_inputs)
-    split = split_log_softmax(logits, eos_id, log_keep, inplace, row_logits)
-    log_p_y = split.lp.gather(-1, index).squeeze(-1).add_(split.shift)
-    if split.rows.numel():
-        flat = log_p_y.view(-1)
-        exact = split.exact_lq.gather(1, targets.reshape(-1)[split.rows].unsqueeze(1)).squeeze(1)
-        flat[split.rows] = exact + log_keep.reshape(-1)[split.rows]
-    losses = torch.where(targets == eos_id, -log_p_eos, -log_p_y)
-    return losses, (split.lp, split.neg_r, split.rows, split.exact_lq, eos_logits)
+    log_q = non_eos_log_softmax(logits, eos_id, inplace)
+    is_eos = targets == eos_id
+    # an eos target gathers -inf from the masked column: replaced by -log p(eos)
+    log_p_y = log_q.gather(-1, index).squeeze(-1).add_(log_keep)
+    return torch.where(is_eos, -log_p_eos, -log_p_y), (log_q, eos_logits)
 
 
 def fused_nll_backward(saved, targets, eos_id, eos_rule, rule_inputs, grad_losses, need_logits: bool, need_rule,
                        inplace: bool = True):
     """Gradient of ``sum_t g_t (-log p(y_t))`` for the logits and for the eos rule's extra inputs
-    (module docstring); written into the saved ``lp`` when ``inplace`` (then the graph cannot be
+    (module docstring); written into the saved tensor when ``inplace`` (then the graph cannot be
     differentiated twice), else into a new tensor (same passes over [..., V], one tensor more)."""
     index = targets.unsqueeze(-1)
     if eos_id is None:
@@ -153,21 +98,15 @@ def fused_nll_backward(saved, targets, eos_id, eos_rule, rule_inputs, grad_losse
         grad.mul_(grad_losses.unsqueeze(-1))
         grad.scatter_add_(-1, index, -grad_losses.unsqueeze(-1))
         return grad, []
-    lp, neg_r, rows, exact_lq, eos_logits = saved
+    log_q, eos_logits = saved
     is_eos = targets == eos_id
     zero = torch.zeros((), dtype=grad_losses.dtype, device=grad_losses.device)
     c = torch.where(is_eos, zero, grad_losses)  # the non-eos logits matter only where y != eos
     grad = None
     if need_logits:
-        grad = lp.exp_() if inplace else lp.exp()  # softmax(z); times exp(-r) it is q (its eos column is overwritten below)
-        grad.mul_((c * neg_r.exp()).unsqueeze(-1))
+        grad = log_q.exp_() if inplace else log_q.exp()  # q (0 in the eos column, overwritten below)
+        grad.mul_(c.unsqueeze(-1))
         grad.scatter_add_(-1, index, -c.unsqueeze(-1))
-        if rows.numel():
-            flat = grad.view(-1, grad.shape[-1])
-            c_rows = c.reshape(-1)[rows].unsqueeze(1)
-            exact = exact_lq.exp().mul_(c_rows)
-            exact.scatter_add_(1, targets.reshape(-1)[rows].unsqueeze(1), -c_rows)
-            flat[rows] = exact
     with torch.enable_grad():
         leaves = [eos_logits.detach().requires_grad_(need_logits)]
         leaves += [x.detach().requires_grad_(need) for x, need in zip(rule_inputs, need_rule)]
@@ -184,7 +123,8 @@ def fused_nll_backward(saved, targets, eos_id, eos_rule, rule_inputs, grad_losse
 
 class FusedNLL(torch.autograd.Function):
     """``-log p(y_t)`` per position for the vanilla (``eos_id is None``), ST and NMST layers,
-    keeping ONE ``[..., V]`` tensor for backward (the full log-softmax). With
+    keeping ONE ``[..., V]`` tensor for backward (the log-softmax, over the non-eos logits for ST
+    and NMST). With
     ``inplace_backward`` the backward overwrites it with the gradient of the logits (no new
     ``[..., V]`` tensor; a second backward through the same graph, ``retain_graph=True``, is then
     refused by autograd's in-place check), else it writes a new tensor."""
@@ -216,9 +156,7 @@ class ProjectedFusedNLL(torch.autograd.Function):
     their gradients (as ``nn.Linear``'s backward would). So a training step holds one
     ``[..., V]`` float32 tensor from forward to backward, never two (Chapter 7, 07_gpt2).
     Under autocast the projection runs in the autocast dtype, as ``nn.Linear`` would, and is
-    upcast to float32 for the head; the backward's two matrix products run in that dtype too.
-    The few eos-dominated rows that are recomputed exactly get their logits from the same
-    projection of their hidden states."""
+    upcast to float32 for the head; the backward's two matrix products run in that dtype too."""
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, eos_id, eos_rule):
@@ -227,15 +165,8 @@ class ProjectedFusedNLL(torch.autograd.Function):
         ctx.mm_dtype = logits.dtype
         if logits.dtype != torch.float32:
             logits = logits.float()  # the heads compute in float32 (see heads._check_logits)
-        flat_hidden = hidden.reshape(-1, hidden.shape[-1])
-
-        def row_logits(rows):  # the same projection, in the same dtype, for a few rows
-            mm_dtype = ctx.mm_dtype
-            return torch.nn.functional.linear(flat_hidden[rows].to(mm_dtype), weight.to(mm_dtype)).float()
-
         with torch.autocast(device_type=logits.device.type, enabled=False):
-            losses, saved = fused_nll_forward(logits, targets, eos_id, eos_rule, (), inplace=True,
-                                              row_logits=row_logits)
+            losses, saved = fused_nll_forward(logits, targets, eos_id, eos_rule, (), inplace=True)
         del logits
         ctx.n_saved = len(saved)
         ctx.save_for_backward(hidden, weight, targets, *saved)

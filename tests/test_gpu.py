@@ -140,7 +140,8 @@ def test_heads_on_half_precision_logits_cuda(dtype):
 
 def check_fused_nll_on(device):
     """The fused ST / NMST / vanilla NLL (nmst_lib.fused) on ``device`` against the float64 CPU
-    values and gradients, with eos-dominated rows (the exact branch: eos logit 1e4 and +40)."""
+    values and gradients, with eos-dominated rows (eos logit 1e4 and +40, which the masked
+    log-softmax never reads)."""
     g = torch.Generator().manual_seed(11)
     B, T, V = 3, 12, 500
     z = 3 * torch.randn(B, T, V, generator=g, dtype=torch.float64)

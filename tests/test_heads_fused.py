@@ -1,4 +1,4 @@
-"""Tests for nmst_lib.fused: the ST / NMST layers and their NLL from one log-softmax pass.
+"""Tests for nmst_lib.fused: the ST / NMST layers' NLL from one log-softmax pass over the non-eos logits.
 
 The reference is the two-pass layer written out in float64 (a copy of the logits with eos set to
 -inf, its log-softmax, plus log(1 - p(eos)) of the papers' eos rules: Welleck et al. (2020),
@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nmst_lib.fused import split_log_softmax
+from nmst_lib.fused import non_eos_log_softmax
 from nmst_lib.heads import (
     NMSTHead,
     STHead,
@@ -115,32 +115,35 @@ def test_fused_nll_gradient_matches_autograd_through_the_two_pass_layer(head, dt
 @pytest.mark.parametrize("head", [STHead(0.05), NMSTHead(0.05)], ids=lambda h: h.name)
 def test_fused_nll_passes_gradcheck_in_float64_with_eos_dominated_rows(head):
     z = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(3), dtype=F64)
-    z[0, 1, 6] = 4.0  # eos holds most of the softmax mass: the exact branch
+    z[0, 1, 6] = 4.0  # eos holds most of the full softmax's mass
     z[1, 3, 6] = 6.0
     y = torch.randint(0, 7, (2, 5), generator=torch.Generator().manual_seed(4))
     y[1, 2] = 6
     mask = (torch.arange(5) < 1).expand(2, 5)
-    split = split_log_softmax(z, 6, torch.zeros(2, 5, dtype=F64))
-    assert split.rows.tolist() == [1, 8]  # both planted rows go through the exact branch
     assert torch.autograd.gradcheck(lambda x: head.token_losses(x, y, mask), (z.clone().requires_grad_(),))
     assert torch.autograd.gradcheck(lambda x: head(x, mask).masked_fill(mask.unsqueeze(-1), 0.0),
                                     (z.clone().requires_grad_(),))
 
 
-def test_the_shift_alone_would_be_wrong_on_eos_dominated_rows_so_they_are_recomputed():
-    """The check above can fail: on a row where eos holds all but exp(-1e4) of the mass, the one-pass
-    shift ``lp + shift`` is off by ~1e-3 (float32) or is -inf; the exact branch is needed there."""
+@pytest.mark.parametrize("inplace", [False, True])
+def test_non_eos_log_softmax_is_exact_whatever_the_eos_logit_in_float32(inplace):
+    """``log q`` never sees the eos logit: on a row where eos holds all but exp(-1e4) of the full
+    softmax's mass it is as exact as on any other (a shift of the full log-softmax by
+    log(1 - softmax_eos) would be -inf there, or off by ~1e-3 in float32); -inf in the eos column;
+    the logits are overwritten only in place."""
     z = extreme_logits(torch.float32)
-    log_keep = torch.zeros(z.shape[:-1])
-    split = split_log_softmax(z.clone(), EOS, log_keep)
-    flat_rows = split.rows.tolist()
-    assert 0 * 9 + 2 in flat_rows and 2 * 9 + 3 in flat_rows and 2 * 9 + 6 in flat_rows
-    assert 0 * 9 + 5 not in flat_rows and 1 * 9 + 1 not in flat_rows
-    one_pass = (split.lp + split.shift.unsqueeze(-1))[0, 2, :EOS].to(F64)
-    exact = torch.log_softmax(z[0, 2, :EOS].to(F64), -1)
-    assert not bool(torch.isfinite(one_pass).all()) or float((one_pass - exact).abs().max()) > 1e-4
-    got = STHead(1e-5)(z)[0, 2, :EOS].to(F64) - STHead(1e-5)(z)[0, 2, 0].to(F64) + exact[0]
-    torch.testing.assert_close(got, exact, rtol=1e-6, atol=1e-6)
+    before = z.clone()
+    log_q = non_eos_log_softmax(z, EOS, inplace=inplace)
+    exact = torch.log_softmax(before[..., :EOS].to(F64), -1)
+    assert bool(torch.isneginf(log_q[..., EOS]).all())
+    torch.testing.assert_close(log_q[..., :EOS].to(F64), exact, rtol=2e-6, atol=2e-6)
+    assert (log_q.data_ptr() == z.data_ptr()) == inplace
+    if not inplace:
+        assert torch.equal(z, before)
+    # the full log-softmax shifted per row would fail on the eos-dominated row (0, 2)
+    full = torch.log_softmax(before, -1)
+    shifted = full[0, 2, :EOS] - torch.log1p(-full[0, 2, EOS].exp())
+    assert not bool(torch.isfinite(shifted).all()) or float((shifted.to(F64) - exact[0, 2]).abs().max()) > 1e-4
 
 
 @pytest.mark.parametrize("head", [VanillaHead(), STHead(1e-5), NMSTHead(1e-4)], ids=lambda h: h.name)
@@ -161,7 +164,7 @@ def test_projected_fused_nll_matches_the_head_on_the_projected_logits_with_eos_d
     ref = -head(logits).gather(-1, y.unsqueeze(-1)).squeeze(-1)
     ref.sum().backward()
     if head.eps is not None:
-        assert float(logits[0, 3, EOS].detach()) > 500  # eos holds the full softmax's mass: the exact branch
+        assert float(logits[0, 3, EOS].detach()) > 500  # eos holds all of the full softmax's mass there
     torch.testing.assert_close(losses, ref, rtol=1e-5, atol=1e-5)
     # float32 products of hidden states with an eos weight of norm ~200: sums round differently
     torch.testing.assert_close(h.grad, h2.grad, rtol=1e-4, atol=1e-4)
@@ -174,6 +177,14 @@ def test_fused_layer_functions_keep_their_values_through_the_functional_api():
     torch.testing.assert_close(nmst_log_probs(z, EOS, 1e-5), NMSTHead(1e-5)(z), rtol=0, atol=0)
 
 
-def test_split_log_softmax_in_place_needs_a_way_to_recompute_rows():
-    with pytest.raises(ValueError, match="row_logits"):
-        split_log_softmax(torch.randn(2, 5), 4, torch.zeros(2), inplace=True)
+@pytest.mark.parametrize("head", HEADS, ids=lambda h: f"{h.name}-{h.eps:g}")
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_the_fused_loss_is_the_layers_own_log_probability_bit_for_bit(head, dtype):
+    """``token_losses`` (the training loss) and ``-forward(z)[y]`` (the log-probabilities a model
+    reports for decoding and evaluation) take the same steps (mask eos, log-softmax, add
+    log(1 - p(eos))), so they agree exactly, eos-dominated rows included, with and without gradients."""
+    z = extreme_logits(dtype)
+    y = targets_for(z)
+    expected = -head(z, MASK).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    assert torch.equal(head.token_losses(z, y, MASK), expected)
+    assert torch.equal(head.token_losses(z.clone().requires_grad_(), y, MASK).detach(), expected)

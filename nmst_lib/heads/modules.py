@@ -214,8 +214,9 @@ class _SelfTerminatingBase(OutputHead):
 
     def token_losses(self, logits, targets, context_mask=None):
         """``-log p(y_t)`` per position (Choi, Cho, Lee (2023), eq. 3), bit for bit the entry of
-        :meth:`forward`, computed fused: one log-softmax pass forward, one in-place pass
-        backward (:mod:`nmst_lib.fused`). NMST-entmax overrides it with its own loss."""
+        :meth:`forward`, computed fused: one log-softmax pass over the non-eos logits forward,
+        one in-place pass backward (:mod:`nmst_lib.fused`). NMST-entmax overrides it with its
+        own loss."""
         logits, eos_id, rule = self._teacher_forcing_rule(logits, context_mask)
         targets = _check_targets(targets, logits)
         return _fused_nll(logits, targets, eos_id, rule)
