@@ -58,6 +58,7 @@ json.dump(record, open(sys.argv[1], "w"), indent=1)
 print(json.dumps({k: v for k, v in record.items() if k != "per_run"}, indent=1))
 EOF
   stage "bench heads" 40 "$py" benchmarks/bench_heads.py --out "$out/bench-heads.json"
+  stage "bench heads, eos-heavy" 40 "$py" benchmarks/bench_heads.py --eos-logit 15 --out "$out/bench-heads-eos-heavy.json"
   stage "bench entmax" 40 "$py" benchmarks/bench_entmax.py --out "$out/bench-entmax.json"
   stage "bench entmax alpha" 40 "$py" benchmarks/bench_entmax_alpha.py --out "$out/bench-entmax_alpha.json"
   stage "bench training" 50 "$py" benchmarks/bench_training.py --out "$out/bench-training.json"

@@ -55,3 +55,18 @@ def test_quick_benchmark_runs_and_writes_positive_finite_ratios(tmp_path, script
         else:
             ratios.append(value)
     assert ratios and all(isinstance(r, float) and math.isfinite(r) and r > 0 for r in ratios), ratios
+
+
+def test_bench_heads_runs_on_tiny_logits_and_eos_logit_makes_every_row_eos_dominated(tmp_path):
+    """``bench_heads.py --eos-logit 15`` times the layers where eos holds more than half of the
+    full softmax on every row (as for a trained ST model); every layer's ratio is written."""
+    target = tmp_path / "heads.json"
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_heads.py"), "--batch", "2", "--steps",
+                          "3", "--vocab", "50", "--repeats", "1", "--warmup", "0", "--threads", "1",
+                          "--eos-logit", "15", "--out", str(target)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, f"bench_heads.py failed:\n{out.stderr[-3000:]}"
+    record = json.loads(target.read_text())
+    assert record["share_of_rows_eos_dominated"] == 1.0 and record["eos_logit_added"] == 15.0
+    assert {"st", "nmst", "st_shift", "nmst_shift"} <= set(record["ratio"])
+    assert all(math.isfinite(r) and r > 0 for r in record["ratio"].values()), record["ratio"]
