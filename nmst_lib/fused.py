@@ -124,10 +124,10 @@ def fused_nll_backward(saved, targets, eos_id, eos_rule, rule_inputs, grad_losse
 class FusedNLL(torch.autograd.Function):
     """``-log p(y_t)`` per position for the vanilla (``eos_id is None``), ST and NMST layers,
     keeping ONE ``[..., V]`` tensor for backward (the log-softmax, over the non-eos logits for ST
-    and NMST). With
-    ``inplace_backward`` the backward overwrites it with the gradient of the logits (no new
-    ``[..., V]`` tensor; a second backward through the same graph, ``retain_graph=True``, is then
-    refused by autograd's in-place check), else it writes a new tensor."""
+    and NMST). With ``inplace_backward`` the backward overwrites it with the gradient of the
+    logits (no new ``[..., V]`` tensor; a second backward through the same graph,
+    ``retain_graph=True``, is then refused by autograd's in-place check), else it writes a new
+    tensor."""
 
     @staticmethod
     def forward(ctx, logits, targets, eos_id, eos_rule, inplace_backward, *rule_inputs):
