@@ -110,8 +110,12 @@ def test_chapter_7_renders_from_a_stored_part_of_its_suite(partial_store):
     assert wanted <= set(values), sorted(wanted - set(values))
     # the findings that need the missing NMST model are listed as not run, naming it
     name = f"NMST ε={GPT2_FEATURED_EPS['cpu']:.0e}".replace("e-04", "e-4")
-    for key in ("ch7_ppl_verdict", "ch7_rnt_verdict", "ch7_t4_verdict"):
+    for key in ("ch7_ppl_verdict", "ch7_rnt_verdict"):
         assert "not stored" in values[key] and name in values[key], (key, values[key])
+    # Table 4's NMST finding is at the paper's eps = 1e-5, which the cpu grid lacks: not run
+    # whether or not the featured NMST is stored
+    assert values["ch7_t4_verdict"].startswith("NMST has the lowest r_nt under every decoder: *not run*"), \
+        values["ch7_t4_verdict"]
     assert int(values["ch7_n_not_run"]) >= 4, values["ch7_n_not_run"]
     # three seeds of every model shown: the text says so, and a perplexity finding's noise band
     # comes from them
