@@ -92,8 +92,8 @@ def test_fused_log_probs_and_losses_match_the_two_pass_layer(head, dtype, tol, m
     # relative to the size of the log-probability (1e4 carries an absolute rounding error of ~1e-3 in float32)
     torch.testing.assert_close(got[finite].to(F64), expected[finite], rtol=tol, atol=tol)
     losses = head.token_losses(z, y, mask)
-    # the fused loss and the two-pass layer agree to rounding (the layer keeps the relative
-    # precision of a log-probability near 0, which the one-pass shift loses to a few O(1) ulps)
+    # the fused loss and the float64 reference agree to rounding (bit for bit with the head's
+    # own log-probabilities: test_the_fused_loss_is_the_layers_own_log_probability_bit_for_bit)
     torch.testing.assert_close(losses.to(F64), -expected.gather(-1, y.unsqueeze(-1)).squeeze(-1), rtol=tol, atol=tol)
 
 

@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from .._validation import check_eps
 from ..entmax import entmax_loss, log_entmax
-from ..fused import FusedNLL, fused_nll_forward
+from ..fused import FusedNLL, fused_nll_forward, non_eos_log_softmax
 from .eos_rules import (
     _check_alpha,
     _check_eos_vocab,
@@ -48,21 +48,15 @@ __all__ = [  # noqa: RUF022
 def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tensor, log_keep: torch.Tensor):
     """``out[..., v] = log(1 - p(eos)) + log_softmax_{v' != eos}(z)_v`` and ``out[..., eos] = log p(eos)``.
 
-    The second line of Choi, Cho, Lee (2023), Defs. 5 and 6, computed as written: one copy of
-    the logits with the eos logit set to -inf, turned into the non-eos log-softmax in place and
-    shifted by ``log(1 - p(eos))``: one [..., V] tensor in all. The log-probabilities a model
-    reports (``forward``, ``step``, :func:`st_log_probs`, :func:`nmst_log_probs`) come from here
-    and keep float32's relative precision even for a log-probability near 0 next to an eos logit
-    of 1e4 (Chapter 4's check). The training loss takes :mod:`nmst_lib.fused`'s one-pass route,
-    whose shift of the full log-softmax costs up to a few float32 ulps of O(1) in absolute terms.
+    The second line of Choi, Cho, Lee (2023), Defs. 5 and 6, computed as written: the non-eos
+    log-softmax of one copy of the logits (:func:`nmst_lib.fused.non_eos_log_softmax`, eos
+    masked to -inf), shifted by ``log(1 - p(eos))`` in place: one [..., V] tensor in all. The
+    log-probabilities a model reports (``forward``, ``step``, :func:`st_log_probs`,
+    :func:`nmst_log_probs`) come from here and keep float32's relative precision even for a
+    log-probability near 0 next to an eos logit of 1e4 (Chapter 4's check). The training loss
+    (:mod:`nmst_lib.fused`) takes the same steps, so it equals ``-out[..., y]`` bit for bit.
     """
-    out = logits.clone(memory_format=torch.contiguous_format)
-    out[..., eos_id] = -math.inf
-    if out.device.type in ("cpu", "cuda"):
-        # in place: the CPU and CUDA kernels read a whole row (max, sum) before writing it
-        torch.log_softmax(out, dim=-1, out=out)
-    else:
-        out = torch.log_softmax(out, dim=-1)
+    out = non_eos_log_softmax(logits, eos_id)
     out += log_keep.unsqueeze(-1)
     out[..., eos_id] = log_p_eos
     return out
