@@ -433,6 +433,11 @@ class Claim:
     ``quantity`` names the difference compared (e.g. "NMST − ST validation perplexity");
     ``direction`` is the sign the paper reports for it: ``-1`` (below zero) or ``+1``.
     ``paper_value`` quotes what the paper reports (text, as printed there).
+    ``beyond`` is empty for a claim the paper makes; non-empty, it marks the book's own transfer
+    of the paper's idea to a setting the paper never reports (e.g. contextual temperature on a
+    single-softmax LSTM, where the paper only ever puts it on a mixture of softmaxes) and says
+    why in a phrase. Such a comparison is read by the same rule but listed apart and never
+    counted for or against the paper (:meth:`Findings.beyond_list`).
     """
 
     id: str
@@ -442,10 +447,14 @@ class Claim:
     quantity: str = ""
     direction: int = -1
     paper_value: str = ""
+    beyond: str = ""
 
     def __post_init__(self):
         for name in ("id", "paper", "where", "statement"):
             _text(getattr(self, name), name)
+        if not isinstance(self.beyond, str):
+            raise TypeError(f"beyond must be a str (empty for a claim the paper makes, else why it "
+                            f"is not one), got {type(self.beyond).__name__}")
         if self.direction not in (-1, 1) or isinstance(self.direction, bool):
             raise ValueError(f"direction must be -1 (the paper reports the quantity below 0) or +1, "
                              f"got {self.direction!r}")
@@ -468,8 +477,9 @@ class Finding:
 
     @property
     def counted(self) -> bool:
-        """Whether the finding counts for or against the paper (forced and not-run do not)."""
-        return self.verdict in ("reproduces", "does not reproduce")
+        """Whether the finding counts for or against the paper (forced, not-run and a
+        comparison beyond the paper, :attr:`Claim.beyond`, do not)."""
+        return self.verdict in ("reproduces", "does not reproduce") and not self.claim.beyond
 
     def sizes(self) -> str:
         """The numbers behind the verdict, e.g. "NMST − ST = −4.80; band ±15.00 (...)"."""
@@ -569,17 +579,30 @@ class Findings:
         return "; ".join(f"{self[i].claim.statement}: *{self[i].verdict}* ({self[i].sizes()})"
                          for i in claim_ids) + "."
 
+    @property
+    def of_the_papers(self) -> list:
+        """The findings of claims the papers make, in page order: what the counts, the Summary
+        and the list are made of."""
+        return [f for f in self.items if not f.claim.beyond]
+
+    @property
+    def beyond_the_papers(self) -> list:
+        """The comparisons beyond the papers (:attr:`Claim.beyond`), in page order: judged by
+        the same rule, never counted."""
+        return [f for f in self.items if f.claim.beyond]
+
     def counts(self) -> dict:
-        """``{verdict: number}`` over the five verdicts (zeros included)."""
-        return {v: sum(f.verdict == v for f in self.items) for v in VERDICTS}
+        """``{verdict: number}`` over the five verdicts (zeros included), of the papers' claims
+        only: a comparison beyond the papers is never counted."""
+        return {v: sum(f.verdict == v for f in self.of_the_papers) for v in VERDICTS}
 
     def summary(self) -> str:
         """The Summary's sentence, e.g. "of the 9 findings of the paper tested on this page, 4
         reproduce, 2 do not and 3 are within the noise; 4 were not run". A verdict no finding got
         is left out, and "the paper" is "the papers" when the claims come from several."""
         c = self.counts()
-        tested = len(self.items) - c["not run"]
-        papers = "the paper" if len({f.claim.paper for f in self.items}) <= 1 else "the papers"
+        tested = len(self.of_the_papers) - c["not run"]
+        papers = "the paper" if len({f.claim.paper for f in self.of_the_papers}) <= 1 else "the papers"
 
         def n(k, one, many):
             return f"{k} {one if k == 1 else many}"
@@ -599,11 +622,18 @@ class Findings:
         return head + (f"; {n(c['not run'], 'was', 'were')} not run" if c["not run"] else "")
 
     def markdown_list(self) -> str:
-        """One bullet per finding: statement (paper, where): **verdict** (sizes)."""
+        """One bullet per finding of the papers: statement (paper, where): **verdict** (sizes)."""
         return "\n".join(f"* **{f.claim.statement}** ({f.claim.paper}, {f.claim.where}): "
-                         f"*{f.verdict}* ({f.sizes()})." for f in self.items)
+                         f"*{f.verdict}* ({f.sizes()})." for f in self.of_the_papers)
+
+    def beyond_list(self) -> str:
+        """One bullet per comparison beyond the papers: statement (after paper, where): how the
+        rule reads it (sizes), and why the paper does not make it; empty when there is none."""
+        return "\n".join(f"* **{f.claim.statement}** (after {f.claim.paper}, {f.claim.where}): "
+                         f"reads *{f.verdict}* ({f.sizes()}); not a claim of the paper, so not "
+                         f"counted: {f.claim.beyond}." for f in self.beyond_the_papers)
 
     def rows(self) -> list:
-        """Table rows for :func:`nmst_lib.report.html_table`."""
+        """Table rows for :func:`nmst_lib.report.html_table`, the papers' claims only."""
         return [{"finding": f.claim.statement, "paper": f"{f.claim.paper}, {f.claim.where}",
-                 "verdict": f.verdict, "sizes": f.sizes()} for f in self.items]
+                 "verdict": f.verdict, "sizes": f.sizes()} for f in self.of_the_papers]

@@ -125,8 +125,10 @@ def say_findings(findings, prefix: str) -> dict:
     """Glue a chapter's :class:`nmst_lib.findings.Findings`: its list, Summary sentence and counts.
 
     Keys: ``{prefix}_summary_list`` (the "What reproduces" list), ``{prefix}_summary_counts``
-    (the Summary's sentence) and ``{prefix}_n_<verdict>`` for each verdict, so every count a
-    page states comes from the engine (Chapters 6-9). Returns the counts.
+    (the Summary's sentence), ``{prefix}_n_<verdict>`` for each verdict, so every count a
+    page states comes from the engine (Chapters 6-9), and ``{prefix}_beyond_list``, the
+    comparisons beyond the papers, judged but never counted (empty when there is none).
+    Returns the counts.
     """
     from .findings import Findings
 
@@ -134,6 +136,7 @@ def say_findings(findings, prefix: str) -> dict:
         raise TypeError(f"findings must be a nmst_lib.findings.Findings, got {type(findings).__name__}")
     say(f"{prefix}_summary_list", findings.markdown_list())
     say(f"{prefix}_summary_counts", findings.summary())
+    say(f"{prefix}_beyond_list", findings.beyond_list())
     counts = findings.counts()
     for verdict, n in counts.items():
         say(f"{prefix}_n_{verdict.replace(' ', '_')}", n)

@@ -241,6 +241,31 @@ def test_say_glues_markdown_under_its_name_and_refuses_bad_names(monkeypatch):
         notebook.say("ch6 gap", "x")
 
 
+def test_a_comparison_beyond_the_paper_is_read_by_the_rule_but_listed_apart_and_never_counted():
+    floor = Band.floor(1.0, "stated tolerance")
+    f = Findings("ch9")
+    f.judge(Claim("a", "P", "T2", "a holds"), -2.0, floor=floor)
+    transfer = Claim("t", "P", "T2", "t holds on a plain LSTM", quantity="t − plain", direction=-1,
+                     beyond="the paper only puts t on a mixture of softmaxes")
+    out = f.judge(transfer, +3.0, floor=floor)
+    # the same rule reads it (outside the band, against the paper's sign) ...
+    assert out.verdict == "does not reproduce" and not out.counted
+    # ... but the counts, the Summary, the list and the rows hold the paper's claim only
+    assert f.counts() == dict(zip(VERDICTS, (1, 0, 0, 0, 0)))
+    assert f.summary() == "of the 1 finding of the paper tested on this page, 1 reproduces"
+    assert "t holds" not in f.markdown_list() and [r["finding"] for r in f.rows()] == ["a holds"]
+    text = f.beyond_list()
+    assert text.startswith("* **t holds on a plain LSTM** (after P, T2): reads *does not reproduce*")
+    assert "+3.00" in text and "only puts t on a mixture of softmaxes" in text
+    assert f["t"] is out and "t holds" in f.line("t")
+    # a not-run comparison beyond the paper is not counted as not run either
+    f.not_run(Claim("u", "P", "T2", "u holds", beyond="a transfer"), "not trained")
+    assert f.counts()["not run"] == 0 and f.beyond_list().count("\n") == 1
+    assert Findings("ch8").beyond_list() == ""
+    with pytest.raises(TypeError, match="beyond must be a str"):
+        Claim("v", "P", "T2", "v holds", beyond=True)
+
+
 def test_say_findings_glues_list_summary_and_every_count(monkeypatch):
     from nmst_lib import notebook
 
@@ -252,6 +277,7 @@ def test_say_findings_glues_list_summary_and_every_count(monkeypatch):
     assert counts["reproduces"] == 1 and glued["ch9_n_reproduces"] == "1"
     assert glued["ch9_n_within_noise"] == "0" and glued["ch9_summary_counts"] == f.summary()
     assert glued["ch9_summary_list"] == f.markdown_list()
+    assert glued["ch9_beyond_list"] == ""  # no comparison beyond the paper on this page
     with pytest.raises(TypeError, match="Findings"):
         notebook.say_findings([("a", "reproduces", "")], "ch9")
 
