@@ -11,7 +11,8 @@ Every model of the ``cpu`` suites of Chapters 6-9 by its chapter's converged rec
 (``nmst_lib.experiments.config.CPU_RECIPES``; the same fields as ``scripts/converge_cpu.sh``),
 in the order that gives every chapter the most as results land: one seed of every
 configuration first (Chapter 7, Chapter 8, then Chapter 9, its fast parameter-matched VA
-first), then every model's seed 1 (Chapter 7's, 6's, 9's, 8's), then seed 2 (``SEED_ORDER``).
+first), then seeds 1 and 2 of Chapters 7 and 6, then seeds 1 and 2 of Chapters 9 and 8
+(``SEED_GROUPS``, ``SEED_ORDER``).
 
 ``start`` makes ``WORK/tree``, a clean worktree of this checkout's HEAD, the first time (so
 that every result is stamped with a clean commit; an existing one is kept, so that a restarted
@@ -74,12 +75,19 @@ Chapter 7 42-85 (its seeds 1-2 decode greedily only, so a little less), Chapter 
 117-128, Chapter 9's contextual-temperature VA 157 (its parameter-matched VA 142)."""
 
 SEED_ORDER = ("gpt2", "wikitext2", "temperature", "sparse")
-"""After every seed-0 model: every model's seed 1 before any seed 2, since a noise band from seeds
-needs two of each model compared (with one seed of converged runs, Chapters 6 and 7 list their
-perplexity findings as *not run*); within a seed, Chapter 7's (the most such findings, about 50
-minutes a model), Chapter 6's, Chapter 9's (every model a perplexity finding compares, all but
-CT-NMST; about 2.5 hours each), then Chapter 8's
-(whose findings have stated floors, and whose entmax models take about 2 hours each)."""
+"""Within a seed, Chapter 7's models first (the most perplexity findings, about 50 minutes a
+model), then Chapter 6's, Chapter 9's (every model a perplexity finding compares, all but
+CT-NMST; about 2.5 hours each), then Chapter 8's (whose entmax models take about 2 hours each)."""
+
+SEED_GROUPS = (("gpt2", "wikitext2"), ("temperature", "sparse"))
+"""After every seed-0 model, the further seeds group by group, each group's seed 1 before its
+seed 2. Chapters 7 and 6 come first: their findings have no band but their seeds' (with one
+seed of converged runs they are *not run*, and two seeds give a standard error with one degree
+of freedom), so their third seeds move verdicts. Chapters 9 and 8 read a one-seed comparison
+against a stated floor (twice Chapter 6's relative seed spread, at least 10 %), which seeds can
+only widen; their seeds 1 and 2 (about 2-4 hours a model) come after. In session 24 the lanes
+trained only while a session ran (about 6 CPU hours per session), and the first group had 21
+models to go (about 20 CPU hours: three or four sessions), the second 28 (about 65)."""
 
 
 def queue() -> list[tuple[str, object]]:
@@ -97,8 +105,9 @@ def queue() -> list[tuple[str, object]]:
     temperature.sort(key=lambda c: get_family("temperature").training_config(c).model.hidden == 128)
     first += [("temperature", c) for c in temperature]
     first += [("wikitext2", c) for c in suites["wikitext2"] if c.seed == 0]
+    group = {name: i for i, names in enumerate(SEED_GROUPS) for name in names}
     later = sorted(((name, c) for name in SEED_ORDER for c in suites[name] if seed(name, c) != 0),
-                   key=lambda job: (seed(*job), SEED_ORDER.index(job[0])))  # stable: suite order within
+                   key=lambda job: (group[job[0]], seed(*job), SEED_ORDER.index(job[0])))  # stable within
     return first + later
 
 

@@ -64,9 +64,15 @@ def test_one_seed_of_every_configuration_comes_first_chapter_7_leading(tq, plan)
     # VA, then ST and NMST of each eps side by side (the pairs Table 2 compares land together)
     assert [(c.head, c.eps) for _, c in plan[1:7]] == [(h, e) for e in sorted({c.eps for _, c in plan[1:7]})
                                                         for h in ("st", "nmst")]
-    # then every seed 1 before any seed 2 (a band from seeds needs two), Chapter 7's first
-    later = seeds[first_later:]
-    assert later == sorted(later) and later[0] == 1 and plan[first_later][0] == "gpt2"
+    # then Chapters 7 and 6 (bands from seeds only), seed 1 before seed 2, Chapter 7's first;
+    # then Chapters 9 and 8 (a stated floor), seed 1 before seed 2
+    later = plan[first_later:]
+    groups = [[get_family(f).training_config(c).seed for f, c in later if f in names]
+              for names in tq.SEED_GROUPS]
+    assert [f in tq.SEED_GROUPS[0] for f, _ in later] == sorted((f in tq.SEED_GROUPS[0] for f, _ in later),
+                                                                 reverse=True)
+    assert all(g == sorted(g) and g[0] == 1 and g[-1] == 2 for g in groups)
+    assert later[0][0] == "gpt2" and sorted(n for g in tq.SEED_GROUPS for n in g) == sorted(tq.SEED_ORDER)
     # Chapter 9's parameter-matched VA (fast) before its contextual-temperature models
     ch9 = [c for f, c in plan if f == "temperature"]
     assert get_family("temperature").training_config(ch9[0]).model.hidden != 128
