@@ -483,22 +483,33 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature(recipe, monkeypatch):
              "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet"]
     # seeds 1 and 2 of every model a perplexity finding compares: all but CT-NMST (stems[1])
     compared = [stem for stem in stems if "-nmst-" not in stem]
+    # MoS+ (Table 1): a MoS with CT-MoS's parameter count
+    ct_mos = configs[8].model
+    h_plus = T.parameter_matched_hidden(ct_mos, T.vocabulary_size_of(ct_mos), mixtures=3)
     assert [c.key for c in configs] == (
         [f"{stem}{suffix}-seed0" for stem in stems]
         + [f"cpu-lstm-va-ct-sig-a0.5-b1-lsdet{suffix}-seed{i}" for i in range(3)]
         + [f"cpu-lstm-va-h{h}{suffix}-seed{i}" for i in range(3)]
+        + [f"cpu-lstm-va-mos3-h{h_plus}{suffix}-seed{i}" for i in range(3)]
         + [f"{stem}{suffix}-seed{i}" for i in (1, 2) for stem in compared])
-    assert T.EXTRA_SEEDS["cpu"] == (1, 2) and len(configs) == 15 + 2 * 8
+    assert T.EXTRA_SEEDS["cpu"] == (1, 2) and len(configs) == 18 + 2 * 8
     # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
     detached = [True, False, False, True, True, True, False, True]  # of `compared`, in order
     assert [c.model.value("detach_loss_scale") for c in configs] == [True, True, False, False, True, True, True, False, True,
-                                                            True, True, True, False, False, False] + detached * 2
+                                                            True, True, True, False, False, False,
+                                                            False, False, False] + detached * 2
     assert configs[14].label == f"VA+LSTM (hidden {h})"
+    assert configs[15].label == f"MoS+LSTM (M=3, hidden {h_plus})"
+    # as many parameters as CT-MoS, to within the step of one hidden unit
+    count = lambda m: T.parameter_count(m, T.vocabulary_size_of(m))
+    step = count(configs[15].model.replace(hidden=h_plus + 1)) - count(configs[15].model)
+    assert abs(count(configs[15].model) - count(ct_mos)) <= step / 2
     # Chapter 6's LSTM by Chapter 9's recipe
     ch6 = make_config("cpu", "lstm", "va", **chapter_recipe("temperature", "cpu")).to_dict()
     for c in configs:
         d = c.model.to_dict()
-        for k in set(ch6) - {"decoders", "head", "eps", "seed"} - ({"hidden"} if f"-h{h}-" in c.key else set()):
+        sized = {"hidden"} if f"-h{h}-" in c.key else ({"hidden", "mixtures"} if f"-h{h_plus}-" in c.key else set())
+        for k in set(ch6) - {"decoders", "head", "eps", "seed"} - sized:
             assert d[k] == ch6[k], (c.key, k)
         featured = (configs[0].key, configs[1].key, configs[3].key, configs[9].key)
         assert c.model.decoding.decoders == (T.CT_DECODERS if c.key in featured else ("greedy",))
@@ -541,7 +552,7 @@ def quick_suite(tmp_path_factory):
 def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
     out, ckpt, argv = quick_suite
     stored = T.load_temperature_results("quick", out)
-    assert [s.status for s in stored] == [CURRENT] * 11
+    assert [s.status for s in stored] == [CURRENT] * len(T.temperature_suite_configs("quick")) == [CURRENT] * 12
     for s, c in zip(stored, T.temperature_suite_configs("quick")):
         d = s.data
         assert s.path == out / "temperature" / f"{c.key}.json"
@@ -555,7 +566,7 @@ def test_quick_suite_writes_a_current_result_per_model(quick_suite, capsys):
         assert list(d["decoding"]) == list(c.model.decoding.decoders)
         assert d["metrics"]["val_ppl"] > 1 and d["model"]["training_hash"] == training_hash(c.model)
     assert cli.main(argv) == 0  # everything current: skipped
-    assert capsys.readouterr().out.count("current, skipped") == 11
+    assert capsys.readouterr().out.count("current, skipped") == 12
 
 
 def test_quick_results_hold_what_the_chapter_draws(quick_suite):
@@ -653,7 +664,8 @@ def test_table_builders_on_synthetic_results():
     base = [_fake_baseline(c, v, v - 10, {"greedy": _dec(0.8), "beam-2": _dec(0.0)})
             for c, v in zip(T.baseline_configs("cpu"), (150.0, 152.0, 154.0, 160.0, 161.0, 162.0))]
     rows = T.temperature_table_rows(recs + [stale], base)
-    assert len(rows) == 2 + 11  # the centred model's three seeds make one row, the matched VA's too
+    # the centred model's three seeds make one row, the matched VA's and MoS+'s too
+    assert len(rows) == 2 + 12
     va = rows[0]
     assert va["model"].startswith("VA+LSTM") and va["seeds"] == 3 and va["val ppl"] == pytest.approx(152.0)
     assert va["val ppl sd"] == pytest.approx(2.0) and va["test ppl"] == pytest.approx(142.0)
@@ -662,25 +674,28 @@ def test_table_builders_on_synthetic_results():
     stems = list(dict.fromkeys(c.key.rsplit("-seed", 1)[0] for c in cs))
     assert [r["key"] for r in rows[2:]] == [",".join(c.key for c in cs if c.key.rsplit("-seed", 1)[0] == stem)
                                             for stem in stems]
-    matched = rows[-1]  # seeds 0-2 of the parameter-matched VA: val ppl 112, 113, 114
+    plus = rows[-1]  # seeds 0-2 of MoS+: val ppl 115, 116, 117
+    assert plus["model"] == f"MoS+LSTM (M=3, hidden {cs[17].model.model.hidden})"
+    assert plus["val ppl"] == pytest.approx(116.0) and plus["seeds"] == 3
+    matched = rows[-2]  # seeds 0-2 of the parameter-matched VA: val ppl 112, 113, 114
     assert matched["model"] == f"VA+LSTM (hidden {cs[14].model.model.hidden})"
     assert matched["val ppl"] == pytest.approx(113.0)
     assert matched["params"] != va["params"]
-    centred = rows[-2]  # seeds 0-2 of the (a, b) = (1/2, 1) model: val ppl 109, 110, 111
+    centred = rows[-3]  # seeds 0-2 of the (a, b) = (1/2, 1) model: val ppl 109, 110, 111
     assert centred["seeds"] == 3 and centred["val ppl"] == pytest.approx(110.0)
     assert centred["val ppl sd"] == pytest.approx(1.0)
-    # CT-VA's seeds are suite entries 0, 15 and 23 (val ppl 100, 115, 123); CT-NMST has one seed
-    assert rows[2]["seeds"] == 3 and rows[2]["val ppl"] == pytest.approx(338 / 3) and rows[3]["seeds"] == 1
-    assert rows[3]["val ppl sd"] is None and rows[2]["test ppl sd"] == pytest.approx(statistics.stdev([90, 105, 113]))
+    # CT-VA's seeds are suite entries 0, 18 and 26 (val ppl 100, 118, 126); CT-NMST has one seed
+    assert rows[2]["seeds"] == 3 and rows[2]["val ppl"] == pytest.approx(344 / 3) and rows[3]["seeds"] == 1
+    assert rows[3]["val ppl sd"] is None and rows[2]["test ppl sd"] == pytest.approx(statistics.stdev([90, 108, 116]))
     norm = T.normalisation_table_rows(recs)
     assert [r["normalisation"] for r in norm] == ["sigmoid", "power-tanh", "shifted-tanh", "softmax", "sigmoid"]
     assert norm[1]["hyper-parameter"] == "lambda=4" and norm[0]["hyper-parameter"] == "a=1, b=0.5"
     assert norm[4]["hyper-parameter"] == "a=0.5, b=1"
     ls = T.loss_scaling_table_rows(recs)
     assert [r["loss scaling"] for r in ls] == ["none", "eq. 7 (factor has a gradient)", "detached factor"]
-    # the mean over each model's seeds: entries (2, 16, 24), (3, 17, 25) and (0, 15, 23)
-    assert [r["val ppl"] for r in ls] == pytest.approx([114.0, 115.0, 338 / 3]) and {r["seeds"] for r in ls} == {3}
-    assert [r["seeds"] for r in norm] == [3] * 5 and norm[1]["val ppl"] == pytest.approx((104 + 118 + 126) / 3)
+    # the mean over each model's seeds: entries (2, 19, 27), (3, 20, 28) and (0, 18, 26)
+    assert [r["val ppl"] for r in ls] == pytest.approx([116.0, 117.0, 344 / 3]) and {r["seeds"] for r in ls} == {3}
+    assert [r["seeds"] for r in norm] == [3] * 5 and norm[1]["val ppl"] == pytest.approx((104 + 121 + 129) / 3)
     rnt = T.temperature_rnt_rows(recs, base)
     assert {r["decoder"] for r in rnt} == {"greedy", "top-2"}  # the baselines' beam-2 is left out
     # a row says whose it is without its name being read: Chapter 6's VA seeds are the baseline
@@ -693,8 +708,8 @@ def test_table_builders_on_synthetic_results():
                                 for r in matched_rows)
     assert [r["seed"] for r in matched_rows] == [0, 1, 2]
     assert sum(r["model"].startswith("VA+LSTM, seed") for r in rnt) == 3
-    assert sum(r["model"].endswith(", seed 1") or r["model"].endswith(", seed 2") for r in rnt) == 20  # greedy each
-    assert [c.model.seed for c in cs] == [0] * 10 + [1, 2] + [0, 1, 2] + [1] * 8 + [2] * 8
+    assert sum(r["model"].endswith(", seed 1") or r["model"].endswith(", seed 2") for r in rnt) == 22  # greedy each
+    assert [c.model.seed for c in cs] == [0] * 10 + [1, 2] + [0, 1, 2] * 2 + [1] * 8 + [2] * 8
     assert [r["r_nt(L)"] for r in rnt if r["key"] == cs[0].key] == [0.5, 0.1]
     curves = T.temperature_rnt_curves(recs, base)
     assert len(curves) == len(rnt) and curves[0]["rnt"] == [1.0, 0.8]
@@ -715,8 +730,8 @@ def test_cli_dry_run_lists_the_cpu_suite_with_keys(tmp_path, capsys):
                      str(tmp_path)]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()] == [
         c.key for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]
-    # the power-tanh model, MoS and CT-MoS, three seeds each
-    assert len([c for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]) == 9
+    # the power-tanh model, MoS, CT-MoS and MoS+, three seeds each
+    assert len([c for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]) == 12
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -25,7 +25,10 @@ fields), in run order (:func:`temperature_suite_configs`):
     [2, 4] starts from T = 3 (our diagnostic: a temperature of at least 2 needs logits, and output
     biases, at least twice as large as a plain softmax's, which Adam grows by about lr per step);
     at ``cpu`` also seeds 1 and 2 (greedy only, :data:`EXTRA_SEEDS`), for a seed spread;
-11. the plain VA LSTM with CT-VA's parameter count (the paper's MoS+ baseline; seeds 0-2 at ``cpu``).
+11. the plain VA LSTM with CT-VA's parameter count (a single-softmax analogue of the paper's MoS+
+    baseline; seeds 0-2 at ``cpu``);
+12. MoS+, M = 3: a mixture of softmaxes with CT-MoS's parameter count (the paper's Table 1
+    baseline, a MoS enlarged to CT-MoS's size; seeds 0-2 at ``cpu``).
 
 Every model that a perplexity finding of Chapter 9 compares (all but CT-NMST, whose findings are about
 termination) has seeds 1 and 2 at ``cpu`` too, greedy only (:data:`EXTRA_SEEDS`), after the models
@@ -144,7 +147,7 @@ temperature result then becomes STALE)."""
 EXTRA_SEEDS = {"quick": (), "cpu": (1, 2), "paper": (1, 2)}
 """Seeds besides 0 (greedy only) of every model of the temperature suite that a perplexity finding of
 Chapter 9 (09_temperature) compares: CT-VA, its two loss-scaling ablations, the power-tanh,
-shifted-tanh and softmax normalisations, MoS, CT-MoS and the parameter-matched VA, and of the
+shifted-tanh and softmax normalisations, MoS, CT-MoS, the parameter-matched VA and MoS+, and of the
 centred (a, b) = (1/2, 1) model, which the page sets beside the matched VA beyond the paper; not
 CT-NMST, whose findings are about termination. A difference between two
 models is read against the spread of their seeds where both have two or more
@@ -295,7 +298,8 @@ def temperature_suite_configs(profile: str, **overrides) -> list[TemperatureConf
     Temperature (2020) eq. 5-7, Tables 3-4); CT-VA sigmoid with (a, b) = (1/2, 1) + LS (range
     [1/2, 3/2], starting from T = 1), with :data:`EXTRA_SEEDS` more seeds; then the plain VA
     LSTM with CT-VA's parameter count (:func:`parameter_matched_hidden`: a hidden size about 1.27
-    times CT-VA's), with as many seeds; then the :data:`EXTRA_SEEDS` of every other model but
+    times CT-VA's), with as many seeds; then MoS+, the MoS with CT-MoS's parameter count
+    (Contextual Temperature (2020), Table 1), with as many seeds; then the :data:`EXTRA_SEEDS` of every other model but
     CT-NMST, seed by seed, in the order above. "LS" is the loss scaling of Sec. 3.3 with its factor
     detached (``detach_loss_scale``: a constant weight per position, the gradient the paper's own softmax
     normalisation gives, whose mean temperature is constant); the literal eq. 7, whose factor gradient
@@ -345,6 +349,15 @@ def temperature_suite_configs(profile: str, **overrides) -> list[TemperatureConf
         model = make_config(profile, "lstm", "va", None, seed, **{"decoders": ("greedy",), **overrides,
                                                                    "hidden": hidden})
         out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
+    # MoS+: the MoS with CT-MoS's parameter count (greedy only), as many seeds
+    ct_mos = next(c.model for c in out if c.model.temperature is not None
+                  and c.model.temperature.mixtures > 1 and c.model.temperature.normalisation is not None)
+    mixtures = ct_mos.temperature.mixtures
+    hidden_plus = parameter_matched_hidden(ct_mos, vocabulary_size_of(ct_mos), mixtures=mixtures)
+    for seed in (0, *EXTRA_SEEDS[profile]):
+        model = make_config(profile, "lstm", "va", None, seed, **{"decoders": ("greedy",), **overrides,
+                                                                   "mixtures": mixtures, "hidden": hidden_plus})
+        out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
     # every other compared model's further seeds, seed by seed
     out += [more(config, seed) for seed in EXTRA_SEEDS[profile] for config in seeded if config is not centred]
     return out
@@ -375,16 +388,18 @@ def parameter_count(config: ExperimentConfig, vocab_size: int) -> int:
 
 
 @functools.lru_cache(maxsize=32)
-def parameter_matched_hidden(target: ExperimentConfig, vocab_size: int) -> int:
-    """The hidden size H of a plain VA model of ``target``'s arch and layers (head va, no
-    temperature, no mixture) whose parameter count is closest to ``target``'s: the baseline that
-    tells a better perplexity from more parameters (Contextual Temperature (2020) built MoS+ for
-    this reason; Chapter 9, 09_temperature). Counts grow with H, so H is found by bisection;
-    ties go to the smaller H."""
+def parameter_matched_hidden(target: ExperimentConfig, vocab_size: int, *, mixtures: int = 1) -> int:
+    """The hidden size H of a VA model of ``target``'s arch and layers without a temperature (head
+    va; a single softmax, or a mixture of ``mixtures`` softmaxes) whose parameter count is closest
+    to ``target``'s: the baseline that tells a better perplexity from more parameters (Contextual
+    Temperature (2020), Table 1, built MoS+, a MoS of CT-MoS's size, for this reason: ``target``
+    CT-MoS and ``mixtures`` its M; Chapter 9, 09_temperature). Counts grow with H, so H is found by
+    bisection; ties go to the smaller H."""
+    mixtures = check_positive_int(mixtures, "mixtures")
     want = parameter_count(target, vocab_size)
     plain = target.replace(head="va", eps=None, temperature=None, temperature_a=None, temperature_b=None,
                            temperature_lambda=None, temperature_rank=None, loss_scaling=False,
-                           detach_loss_scale=False, mixtures=1)
+                           detach_loss_scale=False, mixtures=mixtures)
 
     def count(h: int) -> int:
         return parameter_count(plain.replace(hidden=h), vocab_size)
