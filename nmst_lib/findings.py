@@ -630,8 +630,9 @@ class Findings:
         """One bullet per comparison beyond the papers: statement (after paper, where): how the
         rule reads it (sizes), and why the paper does not make it; empty when there is none."""
         return "\n".join(f"* **{f.claim.statement}** (after {f.claim.paper}, {f.claim.where}): "
-                         f"reads *{f.verdict}* ({f.sizes()}); not a claim of the paper, so not "
-                         f"counted: {f.claim.beyond}." for f in self.beyond_the_papers)
+                         f"{'' if f.verdict == 'not run' else 'reads '}*{f.verdict}* ({f.sizes()}); "
+                         f"not a claim of the paper, so not counted: {f.claim.beyond}."
+                         for f in self.beyond_the_papers)
 
     def rows(self) -> list:
         """Table rows for :func:`nmst_lib.report.html_table`, the papers' claims only."""

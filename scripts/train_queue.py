@@ -10,8 +10,8 @@
 Every model of the ``cpu`` suites of Chapters 6-9 by its chapter's converged recipe
 (``nmst_lib.experiments.config.CPU_RECIPES``; the same fields as ``scripts/converge_cpu.sh``),
 in the order that gives every chapter the most as results land: one seed of every
-configuration first (Chapter 7, Chapter 8, then Chapter 9, its fast parameter-matched VA
-first), then seeds 1 and 2 of Chapters 7 and 6, then seeds 1 and 2 of Chapters 9 and 8
+configuration first (Chapter 7, Chapter 8, then Chapter 9, its parameter-matched models (the
+plain VA, fast, and MoS+) first), then seeds 1 and 2 of Chapters 7 and 6, then seeds 1 and 2 of Chapters 9 and 8
 (``SEED_GROUPS``, ``SEED_ORDER``).
 
 ``start`` makes ``WORK/tree``, a clean worktree of this checkout's HEAD, the first time (so
@@ -87,7 +87,8 @@ of freedom), so their third seeds move verdicts. Chapters 9 and 8 read a one-see
 against a stated floor (twice Chapter 6's relative seed spread, at least 10 %), which seeds can
 only widen; their seeds 1 and 2 (about 2-4 hours a model) come after. In session 24 the lanes
 trained only while a session ran (about 6 CPU hours per session), and the first group had 21
-models to go (about 20 CPU hours: three or four sessions), the second 28 (about 65)."""
+models to go (about 20 CPU hours: three or four sessions), the second 30 with MoS+'s two further
+seeds (about 70)."""
 
 
 def queue() -> list[tuple[str, object]]:
@@ -101,7 +102,7 @@ def queue() -> list[tuple[str, object]]:
     gpt2 = sorted((c for c in suites["gpt2"] if c.seed == 0), key=lambda c: (c.eps or 0.0, c.head != "st"))
     first = [("gpt2", c) for c in gpt2] + [("sparse", c) for c in suites["sparse"] if seed("sparse", c) == 0]
     temperature = [c for c in suites["temperature"] if seed("temperature", c) == 0]
-    # the parameter-matched VA (a Chapter 6 LSTM, fast) before the contextual-temperature models
+    # the parameter-matched models (a plain LSTM, fast, and MoS+) before the contextual-temperature ones
     temperature.sort(key=lambda c: get_family("temperature").training_config(c).model.hidden == 128)
     first += [("temperature", c) for c in temperature]
     first += [("wikitext2", c) for c in suites["wikitext2"] if c.seed == 0]

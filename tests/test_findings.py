@@ -261,6 +261,7 @@ def test_a_comparison_beyond_the_paper_is_read_by_the_rule_but_listed_apart_and_
     # a not-run comparison beyond the paper is not counted as not run either
     f.not_run(Claim("u", "P", "T2", "u holds", beyond="a transfer"), "not trained")
     assert f.counts()["not run"] == 0 and f.beyond_list().count("\n") == 1
+    assert "(after P, T2): *not run* (not run: not trained)" in f.beyond_list()
     assert Findings("ch8").beyond_list() == ""
     with pytest.raises(TypeError, match="beyond must be a str"):
         Claim("v", "P", "T2", "v holds", beyond=True)
