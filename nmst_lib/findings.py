@@ -576,8 +576,9 @@ class Findings:
         (at least one claim id; ``ValueError`` otherwise)."""
         if not claim_ids:
             raise ValueError("line needs the id of at least one judged finding, got none")
-        return "; ".join(f"{self[i].claim.statement}: *{self[i].verdict}* ({self[i].sizes()})"
-                         for i in claim_ids) + "."
+        return "; ".join(f"{self[i].claim.statement}"
+                         f"{' (beyond the paper, not counted)' if self[i].claim.beyond else ''}: "
+                         f"*{self[i].verdict}* ({self[i].sizes()})" for i in claim_ids) + "."
 
     @property
     def of_the_papers(self) -> list:
