@@ -433,10 +433,10 @@ class Claim:
     ``quantity`` names the difference compared (e.g. "NMST − ST validation perplexity");
     ``direction`` is the sign the paper reports for it: ``-1`` (below zero) or ``+1``.
     ``paper_value`` quotes what the paper reports (text, as printed there).
-    ``beyond`` is empty for a claim the paper makes; non-empty, it marks the book's own transfer
-    of the paper's idea to a setting the paper never reports (e.g. contextual temperature on a
-    single-softmax LSTM, where the paper only ever puts it on a mixture of softmaxes) and says
-    why in a phrase. Such a comparison is read by the same rule but listed apart and never
+    ``beyond`` is empty for a claim the paper makes; non-empty, it marks a comparison the paper
+    never makes (its idea set against a baseline it never trains, e.g. contextual temperature
+    against a single-softmax LSTM where the paper only sets CT-MoS against MoS and MoS+, or at a
+    setting it never trains) and says why in a phrase. Such a comparison is read by the same rule but listed apart and never
     counted for or against the paper (:meth:`Findings.beyond_list`).
     """
 
