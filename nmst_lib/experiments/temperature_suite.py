@@ -342,22 +342,18 @@ def temperature_suite_configs(profile: str, **overrides) -> list[TemperatureConf
     # the centred model's further seeds first (the first suite's order)
     centred = out[-1]
     out += [more(centred, seed) for seed in EXTRA_SEEDS[profile]]
-    # the plain VA with CT-VA's parameter count (greedy only), as many seeds
+    # the parameter-matched baselines (greedy only), as many seeds each: the plain VA with CT-VA's
+    # parameter count, then MoS+, the MoS with CT-MoS's
     ct = out[0].model
-    hidden = parameter_matched_hidden(ct, vocabulary_size_of(ct))
-    for seed in (0, *EXTRA_SEEDS[profile]):
-        model = make_config(profile, "lstm", "va", None, seed, **{"decoders": ("greedy",), **overrides,
-                                                                   "hidden": hidden})
-        out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
-    # MoS+: the MoS with CT-MoS's parameter count (greedy only), as many seeds
     ct_mos = next(c.model for c in out if c.model.temperature is not None
                   and c.model.temperature.mixtures > 1 and c.model.temperature.normalisation is not None)
-    mixtures = ct_mos.temperature.mixtures
-    hidden_plus = parameter_matched_hidden(ct_mos, vocabulary_size_of(ct_mos), mixtures=mixtures)
-    for seed in (0, *EXTRA_SEEDS[profile]):
-        model = make_config(profile, "lstm", "va", None, seed, **{"decoders": ("greedy",), **overrides,
-                                                                   "mixtures": mixtures, "hidden": hidden_plus})
-        out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
+    for matched, mixtures in ((ct, None), (ct_mos, ct_mos.temperature.mixtures)):
+        fields_ = {} if mixtures is None else {"mixtures": mixtures}
+        hidden = parameter_matched_hidden(matched, vocabulary_size_of(matched), **fields_)
+        for seed in (0, *EXTRA_SEEDS[profile]):
+            model = make_config(profile, "lstm", "va", None, seed,
+                                **{"decoders": ("greedy",), **overrides, **fields_, "hidden": hidden})
+            out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
     # every other compared model's further seeds, seed by seed
     out += [more(config, seed) for seed in EXTRA_SEEDS[profile] for config in seeded if config is not centred]
     return out
