@@ -434,10 +434,13 @@ class Claim:
     ``direction`` is the sign the paper reports for it: ``-1`` (below zero) or ``+1``.
     ``paper_value`` quotes what the paper reports (text, as printed there).
     ``beyond`` is empty for a claim the paper makes; non-empty, it marks a comparison the paper
-    never makes (its idea set against a baseline it never trains, e.g. contextual temperature
-    against a single-softmax LSTM where the paper only sets CT-MoS against MoS and MoS+, or at a
-    setting it never trains) and says why in a phrase. Such a comparison is read by the same rule but listed apart and never
-    counted for or against the paper (:meth:`Findings.beyond_list`).
+    never makes and says why in a phrase. The three kinds, as the notation page states them: its
+    idea set against a baseline it never trains (contextual temperature against a single-softmax
+    LSTM, where the paper only sets CT-MoS against MoS and MoS+); two of its models it never sets
+    against each other (Chapter 6's LSTM against its RNN); a setting at which it reports no
+    finding, beside the one at which it does (entmax at alpha = 1.5 where the paper reports 1.2, an
+    eps outside its grid, a trend read past its grid). Such a comparison is read by the same rule
+    but listed apart and never counted for or against the paper (:meth:`Findings.beyond_list`).
     """
 
     id: str
