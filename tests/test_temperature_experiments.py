@@ -483,6 +483,7 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature(recipe, monkeypatch):
              "cpu-lstm-va-mos3-ct-sig-a1-b0.5-lsdet"]
     # seeds 1 and 2 of every model a perplexity finding compares: all but CT-NMST (stems[1])
     compared = [stem for stem in stems if "-nmst-" not in stem]
+    ablations = [stem.replace("-va-ct-", "-va-mos3-ct-") for stem in stems[2:7]]
     # MoS+ (Table 1): a MoS with CT-MoS's parameter count
     ct_mos = configs[8].model
     h_plus = T.parameter_matched_hidden(ct_mos, T.vocabulary_size_of(ct_mos), mixtures=3)
@@ -491,13 +492,22 @@ def test_suite_configs_are_chapter_6_lstm_plus_temperature(recipe, monkeypatch):
         + [f"cpu-lstm-va-ct-sig-a0.5-b1-lsdet{suffix}-seed{i}" for i in range(3)]
         + [f"cpu-lstm-va-h{h}{suffix}-seed{i}" for i in range(3)]
         + [f"cpu-lstm-va-mos3-h{h_plus}{suffix}-seed{i}" for i in range(3)]
-        + [f"{stem}{suffix}-seed{i}" for i in (1, 2) for stem in compared])
-    assert T.EXTRA_SEEDS["cpu"] == (1, 2) and len(configs) == 18 + 2 * 8
+        + [f"{stem}{suffix}-seed{i}" for i in (1, 2) for stem in compared]
+        # the paper's Tables 3 and 4 on CT-MoS, its own model: seeds 0-2 after every model above
+        + [f"{stem}{suffix}-seed{i}" for i in range(3) for stem in ablations])
+    assert T.EXTRA_SEEDS["cpu"] == (1, 2) and len(configs) == 18 + 2 * 8 + 3 * 5
+    assert T.CT_MOS_ABLATIONS == {"quick": False, "cpu": True, "paper": True}
+    # each ablation is CT-MoS's model with one field changed, as CT-VA's ablations are CT-VA's
+    for mos_ablation, va_ablation in zip(configs[34:39], configs[2:7]):
+        a, b = mos_ablation.model.flat_dict(), va_ablation.model.flat_dict()
+        assert a.pop("mixtures") == 3 and b.pop("mixtures") == 1
+        assert a == {**b, "decoders": ("greedy",)}, (a, b)
     # LS is detached everywhere except the literal eq. 7 model (Table 4) and the models without LS
     detached = [True, False, False, True, True, True, False, True]  # of `compared`, in order
     assert [c.model.value("detach_loss_scale") for c in configs] == [True, True, False, False, True, True, True, False, True,
                                                             True, True, True, False, False, False,
-                                                            False, False, False] + detached * 2
+                                                            False, False, False] + detached * 2 \
+        + [False, False, True, True, True] * 3
     assert configs[14].label == f"VA+LSTM (hidden {h})"
     assert configs[15].label == f"MoS+LSTM (M=3, hidden {h_plus})"
     # as many parameters as CT-MoS, to within the step of one hidden unit
@@ -657,7 +667,8 @@ def _dec(rnt, n=64):
 
 
 def test_table_builders_on_synthetic_results():
-    cs = T.temperature_suite_configs("cpu")
+    cs_all = T.temperature_suite_configs("cpu")
+    cs = cs_all[:34]  # up to MoS+ and the further seeds; the CT-MoS ablations are checked last
     recs = [_fake(c, 100.0 + i, 90.0 + i, decoding={"greedy": _dec(0.5), "top-2": _dec(0.1)} if i < 2 else
                   {"greedy": _dec(0.9)}) for i, c in enumerate(cs)]
     stale = StoredResult(STALE, Path("x.json"), _fake(cs[0], 1.0, 1.0), "stale")
@@ -716,6 +727,17 @@ def test_table_builders_on_synthetic_results():
     assert [{k: c[k] for k in ("seed", "head", "eps", "baseline")} for c in curves] == [
         {k: r[k] for k in ("seed", "head", "eps", "baseline")} for r in rnt]
     assert T.temperature_table_rows([stale]) == []
+    # Tables 3 and 4 on CT-MoS, the paper's own setting: CT-MoS and its five ablations, three seeds each
+    mos = [c for c in cs_all if c.model.temperature is not None and c.model.temperature.mixtures == 3
+           and c.model.temperature.normalisation is not None]
+    recs_m = [_fake(c, 200.0 + i, 190.0 + i) for i, c in enumerate(mos)]
+    norm_m = T.normalisation_table_rows(recs_m, mixtures=3)
+    assert [r["normalisation"] for r in norm_m] == ["sigmoid", "power-tanh", "shifted-tanh", "softmax"]
+    ls_m = T.loss_scaling_table_rows(recs_m, mixtures=3)
+    assert [r["loss scaling"] for r in ls_m] == ["none", "eq. 7 (factor has a gradient)", "detached factor"]
+    assert {r["seeds"] for r in norm_m + ls_m} == {3}
+    # by default the single-softmax rows only: none of these
+    assert T.normalisation_table_rows(recs_m) == [] and T.loss_scaling_table_rows(recs_m) == []
 
 
 # -------------------------------------------------------------------------------- CLI
@@ -730,8 +752,8 @@ def test_cli_dry_run_lists_the_cpu_suite_with_keys(tmp_path, capsys):
                      str(tmp_path)]) == 0
     assert [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()] == [
         c.key for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]
-    # the power-tanh model, MoS, CT-MoS and MoS+, three seeds each
-    assert len([c for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]) == 12
+    # the power-tanh model, MoS, CT-MoS, MoS+ and CT-MoS's five ablations, three seeds each
+    assert len([c for c in T.temperature_suite_configs("cpu") if "-pow-" in c.key or "-mos3-" in c.key]) == 27
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -28,7 +28,12 @@ fields), in run order (:func:`temperature_suite_configs`):
 11. the plain VA LSTM with CT-VA's parameter count (a single-softmax analogue of the paper's MoS+
     baseline; seeds 0-2 at ``cpu``);
 12. MoS+, M = 3: a mixture of softmaxes with CT-MoS's parameter count (the paper's Table 1
-    baseline, a MoS enlarged to CT-MoS's size; seeds 0-2 at ``cpu``).
+    baseline, a MoS enlarged to CT-MoS's size; seeds 0-2 at ``cpu``);
+13.-17. (``cpu`` and ``paper`` only, :data:`CT_MOS_ABLATIONS`) CT-MoS with the power-tanh,
+    shifted-tanh and softmax normalisations and with the two loss-scaling ablations: the paper's
+    Tables 3 and 4 compare CT-MoS models only (its only contextual-temperature model), so the page
+    reads those tables on these; models 3-7 are the same ablations on a single softmax, the book's
+    own. Seeds 0-2 at ``cpu``, after every model above.
 
 Every model that a perplexity finding of Chapter 9 compares (all but CT-NMST, whose findings are about
 termination) has seeds 1 and 2 at ``cpu`` too, greedy only (:data:`EXTRA_SEEDS`), after the models
@@ -108,6 +113,7 @@ __all__ = [
     "TEMPERATURE_EVALUATION_DEFAULTS",
     "CT_DECODERS",
     "EXTRA_SEEDS",
+    "CT_MOS_ABLATIONS",
     "TEMPERATURE",
     "TemperatureConfig",
     "temperature_config_hash",
@@ -152,6 +158,12 @@ centred (a, b) = (1/2, 1) model, which the page sets beside the matched VA beyon
 CT-NMST, whose findings are about termination. A difference between two
 models is read against the spread of their seeds where both have two or more
 (:func:`nmst_lib.findings.noise_band`)."""
+
+CT_MOS_ABLATIONS = {"quick": False, "cpu": True, "paper": True}
+"""Whether the suite has the CT-MoS models of the paper's Tables 3 and 4 (models 13-17 of the module
+docstring): the paper's normalisation and loss-scaling ablations are of CT-MoS, so Chapter 9 reads
+those tables on them. Left out of ``quick``, the tests' suite, for time (a CT-MoS step costs about
+four times a plain LSTM's)."""
 
 CT_DECODERS = ("greedy", "top-2", "top-4", "nucleus-0.2", "nucleus-0.4")
 """Decoders of the CT-VA and CT-NMST models (Chapter 9, 09_temperature): greedy and the incomplete
@@ -356,6 +368,22 @@ def temperature_suite_configs(profile: str, **overrides) -> list[TemperatureConf
             out.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
     # every other compared model's further seeds, seed by seed
     out += [more(config, seed) for seed in EXTRA_SEEDS[profile] for config in seeded if config is not centred]
+    if CT_MOS_ABLATIONS[profile]:
+        # the paper's Tables 3 and 4 on CT-MoS, its own model (greedy only), after every model above
+        mos = dict(mixtures=3)
+        # in the order of CT-VA's same ablations (models 3-7)
+        ablations = [
+            dict(sig, **mos, loss_scaling=False),
+            dict(sig, **mos, loss_scaling=True),  # the literal eq. 7
+            dict(temperature="power-tanh", **mos, **ls),
+            dict(temperature="shifted-tanh", **mos, **ls),
+            dict(temperature="softmax", **mos, **ls),
+        ]
+        firsts = []
+        for fields_ in ablations:
+            model = make_config(profile, "lstm", "va", None, 0, **{"decoders": ("greedy",), **fields_, **overrides})
+            firsts.append(TemperatureConfig(model=model, evaluation=dict(_SUITE_EVALUATION[profile])))
+        out += firsts + [more(config, seed) for seed in EXTRA_SEEDS[profile] for config in firsts]
     return out
 
 
@@ -677,14 +705,15 @@ def _hyper(m: dict) -> str:
     return f"lambda={m['lambda']:g}"
 
 
-def normalisation_table_rows(stored) -> list[dict]:
+def normalisation_table_rows(stored, mixtures: int = 1) -> list[dict]:
     """Contextual Temperature (2020) Table 3 analogue (Chapter 9, 09_temperature): the CT-VA models with
-    (detached) loss scaling and no mixture, one row per normalisation and range, ``{"normalisation",
+    (detached) loss scaling and no mixture (``mixtures=3``: the CT-MoS models, the paper's own
+    setting of Table 3), one row per normalisation and range, ``{"normalisation",
     "hyper-parameter", "range", "params", "val ppl", "test ppl", "seeds", "val ppl sd", "test ppl sd",
     "key"}``: the mean over the model's stored seeds, as in :func:`temperature_table_rows`; ``range``
     is the head's [lo, hi]."""
     recs = [rec for rec in _records(stored)
-            if rec["model"]["temperature"] is not None and rec["model"]["mixtures"] == 1
+            if rec["model"]["temperature"] is not None and rec["model"]["mixtures"] == mixtures
             and rec["model"]["head"] == "va" and rec["model"]["loss_scaling"]
             and rec["model"].get("detach_loss_scale", False)]
     groups = _by_model(recs, lambda rec: rec["model"]["label"])
@@ -692,9 +721,10 @@ def normalisation_table_rows(stored) -> list[dict]:
              "range": g[0]["model"]["range"], **_seed_mean(g)} for g in groups.values()]
 
 
-def loss_scaling_table_rows(stored) -> list[dict]:
+def loss_scaling_table_rows(stored, mixtures: int = 1) -> list[dict]:
     """Contextual Temperature (2020) Table 4 analogue (Chapter 9, 09_temperature): the sigmoid CT-VA
-    models with the paper's (a, b) = (1, 1/2) (no mixture) without loss scaling, with the literal
+    models with the paper's (a, b) = (1, 1/2) (no mixture; ``mixtures=3``: the CT-MoS models, the
+    paper's own setting of Table 4) without loss scaling, with the literal
     eq. 7 (the factor has a gradient) and with the factor detached, in that order, ``{"model", "loss
     scaling", "params", "val ppl", "test ppl", "seeds", "val ppl sd", "test ppl sd", "key"}`` (the
     mean over the model's stored seeds); ``loss scaling`` is ``"none"``, ``"eq. 7 (factor has a
@@ -704,7 +734,7 @@ def loss_scaling_table_rows(stored) -> list[dict]:
     order = list(names.values())
     mode = lambda m: names[(bool(m["loss_scaling"]), bool(m.get("detach_loss_scale", False)))]
     recs = [rec for rec in _records(stored)
-            if rec["model"]["temperature"] == "sigmoid" and rec["model"]["mixtures"] == 1
+            if rec["model"]["temperature"] == "sigmoid" and rec["model"]["mixtures"] == mixtures
             and rec["model"]["head"] == "va" and (rec["model"].get("a"), rec["model"].get("b")) == (1.0, 0.5)]
     groups = _by_model(recs, lambda rec: rec["model"]["label"])
     rows = [{"model": g[0]["model"]["label"], "loss scaling": mode(g[0]["model"]), **_seed_mean(g)}
