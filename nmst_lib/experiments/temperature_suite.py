@@ -28,12 +28,13 @@ fields), in run order (:func:`temperature_suite_configs`):
 11. the plain VA LSTM with CT-VA's parameter count (a single-softmax analogue of the paper's MoS+
     baseline; seeds 0-2 at ``cpu``);
 12. MoS+, M = 3: a mixture of softmaxes with CT-MoS's parameter count (the paper's Table 1
-    baseline, a MoS enlarged to CT-MoS's size; seeds 0-2 at ``cpu``);
-13.-17. (``cpu`` and ``paper`` only, :data:`CT_MOS_ABLATIONS`) CT-MoS with the power-tanh,
-    shifted-tanh and softmax normalisations and with the two loss-scaling ablations: the paper's
-    Tables 3 and 4 compare CT-MoS models only (its only contextual-temperature model), so the page
-    reads those tables on these; models 3-7 are the same ablations on a single softmax, the book's
-    own. Seeds 0-2 at ``cpu``, after every model above.
+    baseline, a MoS enlarged to CT-MoS's size; seeds 0-2 at ``cpu``).
+
+At ``cpu`` and ``paper`` (:data:`CT_MOS_ABLATIONS`), five more: CT-MoS with models 3-7's ablations
+(no loss scaling, the literal eq. 7, power-tanh, shifted-tanh, softmax). The paper's Tables 3 and 4
+compare CT-MoS models only (its only contextual-temperature model), so the page reads those tables
+on these; models 3-7 are the same ablations on a single softmax, the book's own. Seeds 0-2 at
+``cpu``, after every model above.
 
 Every model that a perplexity finding of Chapter 9 compares (all but CT-NMST, whose findings are about
 termination) has seeds 1 and 2 at ``cpu`` too, greedy only (:data:`EXTRA_SEEDS`), after the models
