@@ -56,6 +56,7 @@ __all__ = [
     "book_notation",
     "and_list",
     "counted",
+    "times",
     "Html",
     "escape",
     "html_table",
@@ -323,6 +324,19 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     if not isinstance(noun, str) or not noun:
         raise TypeError(f"noun must be a non-empty str, got {noun!r}")
     return f"{n:,} {noun if n == 1 else (plural or noun + 's')}"
+
+
+def times(ratio) -> str:
+    """A ratio to two significant figures as prose writes "N times": ``times(2243.7)`` ->
+    ``"2,200"``, ``times(20.4)`` -> ``"20"``, ``times(0.7391)`` -> ``"0.74"`` (Chapters 6 and 7:
+    the median p(eos) after a sentence end against elsewhere). ``ratio`` is a finite number
+    > 0."""
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
+        raise TypeError(f"ratio must be a real number, got {type(ratio).__name__}")
+    if not math.isfinite(ratio) or ratio <= 0:
+        raise ValueError(f"ratio must be finite and > 0, got {ratio}")
+    rounded = float(f"{ratio:.2g}")
+    return f"{rounded:,.0f}" if rounded >= 10 else f"{rounded:g}"
 
 
 def mean_std(values, digits: int = 1) -> str:

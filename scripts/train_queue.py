@@ -62,6 +62,7 @@ from nmst_lib.experiments.config import (  # noqa: E402
     UNIGRAM_HOLD_CPU_RECIPE,
 )
 from nmst_lib.experiments.results import published_results_dir  # noqa: E402
+from nmst_lib.experiments.sparse import PAPER_ALPHA  # noqa: E402
 from nmst_lib.files import atomic_write_bytes  # noqa: E402
 
 RECIPES = {"wikitext2": CONVERGED_CPU_RECIPE, "gpt2": GPT2_CONVERGED_CPU_RECIPE,
@@ -96,14 +97,14 @@ def beyond_only(family: str, config) -> bool:
     """Whether every finding that reads this model is beyond the papers (read by the same rule,
     never counted; ``nmst_lib.findings.Claim.beyond``), so that its further seeds move no count and
     run after every other model's: Chapter 8's entmax and NMST-entmax models at an α other than
-    Martins et al.'s 1.2 (the α of their WikiText findings, Table 3), and every single-softmax
+    Martins et al.'s ``PAPER_ALPHA`` (the α of their WikiText findings, Table 3), and every single-softmax
     model of Chapter 9 (CT-VA and its ablations, its range [1/2, 3/2], the plain LSTM of CT-VA's
     size, CT-NMST): the contextual-temperature paper's only temperature model is CT-MoS, so its
     findings are read on the mixtures (MoS, CT-MoS and its ablations, MoS+). Every model of
     Chapters 6 and 7 is read by a counted finding."""
     m = get_family(family).training_config(config)
     if family == "sparse":
-        return m.head != "va" and abs(m.alpha - 1.2) > 1e-9
+        return m.head != "va" and abs(m.alpha - PAPER_ALPHA) > 1e-9
     if family == "temperature":
         return m.temperature is None or m.temperature.mixtures == 1
     return False

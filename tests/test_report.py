@@ -455,3 +455,13 @@ def test_book_notation_of_a_stored_label_agrees_with_the_books_model_name():
         assert report.book_notation(stored) == f"{head.upper()} ({report.model_name(head, eps).split(' ', 1)[1]})"
     with pytest.raises(TypeError):
         report.book_notation(None)
+
+
+def test_times_writes_a_ratio_to_two_significant_figures_with_thousands_separators():
+    assert report.times(2243.7) == "2,200" and report.times(20.4) == "20" and report.times(0.7391) == "0.74"
+    assert report.times(9.96) == "10" and report.times(1.0) == "1" and report.times(np.float64(13.2)) == "13"
+    for bad in (0.0, -2.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="finite and > 0"):
+            report.times(bad)
+    with pytest.raises(TypeError, match="real number"):
+        report.times("3")
