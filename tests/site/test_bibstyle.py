@@ -33,3 +33,40 @@ def test_the_book_uses_the_style():
     config = yaml.safe_load((Path(__file__).resolve().parents[2] / "_config.yml").read_text())
     assert config["sphinx"]["config"]["bibtex_default_style"] == "nmst_authoryear"
     assert "nmst_bibstyle" in config["sphinx"]["local_extensions"]
+
+
+def test_the_texts_citations_carry_the_bibliographys_letter(tmp_path):
+    """A textual and a parenthetical citation of two works one label would name (Welleck et al.,
+    2020) say 2020a and 2020b, as the bibliography's labels do; a unique one keeps its year."""
+    from sphinx.application import Sphinx
+
+    (tmp_path / "refs.bib").write_text(BIB)
+    (tmp_path / "conf.py").write_text(
+        f"import sys; sys.path.insert(0, {str(Path(nmst_bibstyle.__file__).parent)!r})\n"
+        "extensions = ['sphinxcontrib.bibtex', 'nmst_bibstyle']\n"
+        "bibtex_bibfiles = ['refs.bib']\n"
+        "bibtex_reference_style = 'nmst_author_year'\n"
+        "bibtex_default_style = 'nmst_authoryear'\n"
+    )
+    (tmp_path / "index.rst").write_text(
+        "T\n=\n\nSee :cite:t:`a` and :cite:t:`b`; also :cite:p:`b,c`.\n\n.. bibliography::\n   :all:\n"
+    )
+    app = Sphinx(str(tmp_path), str(tmp_path), str(tmp_path / "_build"), str(tmp_path / "_doctrees"), "text",
+                 status=None, warning=None, freshenv=True)
+    app.build()
+    text = " ".join((tmp_path / "_build" / "index.txt").read_text().replace("*", "").split())  # no italics
+    style = nmst_bibstyle.AuthorYearStyle()  # the bibliography's order (author, year, title) and labels
+    ordered = style.sort(parse_string(BIB, "bibtex").entries.values())
+    labels = {e.key: label for e, label in zip(ordered, style.format_labels(ordered))}
+    year = {key: label.rsplit(", ", 1)[1] for key, label in labels.items()}
+    assert sorted((year["a"], year["b"])) == ["2020a", "2020b"]  # "Cho" sorts before "Kim": b is 2020a
+    assert f"See Welleck et al. [{year['a']}] and Welleck et al. [{year['b']}]" in text, text
+    assert f"[Martins and Marinho, 2020, Welleck et al., {year['b']}]" in text, text
+    assert f"[{labels['a']}]" in text and f"[{labels['b']}]" in text, text  # the bibliography's labels
+
+
+def test_the_book_cites_with_the_label_years():
+    import yaml
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[2] / "_config.yml").read_text())
+    assert config["sphinx"]["config"]["bibtex_reference_style"] == "nmst_author_year"
