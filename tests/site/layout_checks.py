@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 # --------------------------------------------------------------------------- 1. page width
 
@@ -289,3 +290,15 @@ def set_color_mode(driver, mode: str) -> None:
         "document.documentElement.dataset.theme = arguments[0]; document.documentElement.dataset.mode = arguments[0];",
         mode)
     time.sleep(0.2)
+
+
+def keep_screenshot(take, path: Path) -> None:
+    """Save a screenshot for the record (``_build/screenshots``). Screenshots are not checks: a
+    renderer too busy to paint one in time (two browsers on two loaded cores timed out once on a
+    large explorer) is noted and the test goes on to its assertions."""
+    from selenium.common.exceptions import WebDriverException
+
+    try:
+        take(str(path))
+    except WebDriverException as error:
+        print(f"[site] screenshot {path.name} not taken: {str(error).splitlines()[0][:120]}")

@@ -97,11 +97,13 @@ def test_from_a_phone_every_chapter_is_reachable_through_the_table_of_contents(s
 
 
 @pytest.mark.parametrize("docname", PAGES)
-def test_page_is_no_wider_than_a_phone(site, browser, docname, layout_metrics):
+def test_page_is_no_wider_than_a_phone(site, browser, docname, layout_metrics, screenshots):
     path = _built(site, docname)
     _load(browser, path, PHONE)
     width = layout.page_width(browser)
     problems = layout.page_width_problems(browser)
+    # the top of the page as a phone shows it, for the record (a reader's first screen)
+    layout.keep_screenshot(browser.save_screenshot, screenshots / f"phone__{docname.replace('/', '__')}.png")
     browser.set_window_size(*DESKTOP)
     layout_metrics.setdefault(docname, {})["width_at_390_px"] = width["document"]
     assert not problems, f"{docname}: {problems}"

@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import yaml
 
+from layout_checks import keep_screenshot
 from site_checks import title_problems
 
 ROOT = Path(os.environ.get("NMST_BOOK_ROOT") or Path(__file__).resolve().parents[2])
@@ -41,18 +42,6 @@ def requested_urls(driver) -> list[str]:
         if message.get("method") == "Network.requestWillBeSent":
             urls.append(message["params"]["request"]["url"])
     return urls
-
-
-def keep_screenshot(take, path: Path) -> None:
-    """Save a screenshot for the record (``_build/screenshots``). Screenshots are not checks: a
-    renderer too busy to paint one in time (two browsers on two loaded cores timed out once on a
-    large explorer) is noted and the test goes on to its assertions."""
-    from selenium.common.exceptions import WebDriverException
-
-    try:
-        take(str(path))
-    except WebDriverException as error:
-        print(f"[site] screenshot {path.name} not taken: {str(error).splitlines()[0][:120]}")
 
 
 def element_screenshot(browser, element, path: Path) -> None:
