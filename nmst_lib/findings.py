@@ -123,7 +123,7 @@ class Band:
         spread = float((vals.max() - vals.min()) / vals.min())
         return cls(max(minimum, round(k * spread, 2)),
                    f"stated tolerance: {times} the relative spread of {_text(reference, 'reference')} "
-                   f"({spread:.1%}), at least {minimum:.0%}")
+                   f"({k:g} × {spread:.1%} ≈ {round(k * spread, 2):.0%}), at least {minimum:.0%}")
 
     @classmethod
     def binomial(cls, p_a, n_a, p_b=None, n_b=None, *, k: float = 2.0, unit: str = "contexts") -> Band:

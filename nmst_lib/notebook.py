@@ -18,13 +18,12 @@ import random
 import numpy as np
 import torch
 
-import nmst_lib
-
 from ._validation import check_positive_int
 from .plots import COLORS, use_book_style
 
 __all__ = [
     "COLORS",
+    "code_words",
     "markdown_text",
     "pick_device",
     "say",
@@ -65,8 +64,9 @@ def setup_notebook(seed: int = 0, *, style: bool = True, verbose: bool = True) -
         seed: non-negative integer for :func:`seed_everything`.
         style: apply :func:`nmst_lib.plots.style.use_book_style` (Okabe-Ito colours, labelled,
             uncluttered axes) to matplotlib.
-        verbose: print the seed, the device (and the GPU's name) and the versions used, so a
-            reader can tell which run produced a page.
+        verbose: print the seed, the device (and the GPU's name), the versions used, the
+            library's commit (:func:`code_words`) and the date, so a reader can tell which run
+            produced a page.
 
     Returns:
         ``torch.device("cuda")`` if a GPU is available, else ``torch.device("cpu")``.
@@ -83,8 +83,30 @@ def setup_notebook(seed: int = 0, *, style: bool = True, verbose: bool = True) -
         where = str(device)
         if device.type == "cuda":
             where += f" ({torch.cuda.get_device_name(device)})"
-        print(f"seed: {seed} | device: {where} | torch {torch.__version__} | nmst_lib {nmst_lib.__version__}")
+        print(f"seed: {seed} | device: {where} | torch {torch.__version__} | {code_words()}")
     return device
+
+
+def code_words(today=None) -> str:
+    """The library a page ran with and when, as its first cell prints it: ``nmst_lib 0.1.0, commit
+    0123456789 | run 2026-11-30 (UTC)``; "with local changes" when the checkout's library differs
+    from its commit, "installed package" when the library is not a git checkout (Colab, a wheel).
+    ``today``: a :class:`datetime.date` (default: today, UTC). The same code version every stored
+    result is stamped with (:func:`nmst_lib.experiments.results.code_version`)."""
+    import datetime
+
+    from .experiments.results import code_version
+
+    if today is None:
+        today = datetime.datetime.now(datetime.timezone.utc).date()
+    if not isinstance(today, datetime.date):
+        raise TypeError(f"today must be a datetime.date, got {type(today).__name__}")
+    v = code_version()
+    if v["git_sha"]:
+        where = f"commit {v['git_sha'][:10]}" + (" with local changes" if v["git_dirty"] else "")
+    else:
+        where = "installed package"
+    return f"nmst_lib {v['nmst_lib']}, {where} | run {today.isoformat()} (UTC)"
 
 
 def _glue(name, value):

@@ -290,12 +290,14 @@ _ASCII_EPS = re.compile(r"\beps=(\d(?:\.\d+)?)e-0*(\d+)")
 
 def book_notation(label: str) -> str:
     """A label the library stores in ASCII (results, decoder and model labels) in the book's
-    notation: ``eps=5e-04`` -> ``ε=5e-4``, ``alpha=1.5`` -> ``α=1.5``, ``Softmax-tau (tau=0.95)``
-    -> ``Softmax-T (T=0.95)`` (a temperature is T in the book). Everything else is kept."""
+    notation: ``eps=5e-04`` -> ``ε=5e-4``, ``alpha=1.5`` -> ``α=1.5``, ``lambda=4`` -> ``λ=4``
+    (Chapter 9's tanh normalisations), ``Softmax-tau (tau=0.95)`` -> ``Softmax-T (T=0.95)`` (a
+    temperature is T in the book). Everything else is kept."""
     if not isinstance(label, str):
         raise TypeError(f"label must be a str, got {type(label).__name__}")
     label = _ASCII_EPS.sub(r"ε=\1e-\2", label)
-    return label.replace("Softmax-tau", "Softmax-T").replace("tau=", "T=").replace("alpha=", "α=")
+    return label.replace("Softmax-tau", "Softmax-T").replace("tau=", "T=").replace("alpha=", "α=").replace(
+        "lambda=", "λ=")
 
 
 def and_list(names) -> str:

@@ -557,7 +557,7 @@ def test_recipe_and_convergence_summaries_say_what_the_folded_tables_hold():
 def test_the_relative_spread_floor_is_k_times_the_seeds_spread_and_at_least_the_minimum():
     wide = Band.relative_spread([200.0, 230.0, 210.0], "three VA seeds")
     assert wide.half_width == pytest.approx(0.30)  # 2 x (230 - 200) / 200
-    assert "twice the relative spread of three VA seeds (15.0%), at least 10%" in wide.source
+    assert "twice the relative spread of three VA seeds (2 × 15.0% ≈ 30%), at least 10%" in wide.source
     narrow = Band.relative_spread([200.0, 202.0], "two VA seeds")
     assert narrow.half_width == 0.10  # 2 x 1% is below the minimum
     alone = Band.relative_spread([200.0], "one VA seed", minimum=0.15)

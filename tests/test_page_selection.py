@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from chapter_run import store_as_seed
 
+from nmst_lib import report
 from nmst_lib.experiments import (
     CURRENT,
     StoredResult,
     get_family,
+    model_names,
     page_results,
     published_results_dir,
 )
@@ -89,10 +91,11 @@ def test_a_partial_page_shows_the_stored_models_and_names_the_missing_one(tmp_pa
     assert [s.path.stem for s in page.left_out] == [c.key for c in gone]
     (notice,) = page.notices()
     assert f"showing the {len(CPU) - 3} `cpu` results that are stored" in notice
-    # the model is named once, by its key without the seed, with the seeds it lacks
-    model = ST.key.removesuffix("-seed0")
-    assert f"1 model of the suite is missing or STALE ({model} (seeds 0, 1 and 2))" in notice, notice
+    # the model is named once, as the book names it (never by its file name), with the seeds it lacks
+    assert "1 model of the suite is not trained yet, or stored by an older version of the code " \
+        f"(ST+GPT2 (ε={report.eps_book(ST.eps)}) (seeds 0, 1 and 2))" in notice, notice
     assert "is listed as *not run*" in notice and "further seeds" not in notice
+    assert "cpu-gpt2" not in notice and "STALE" not in notice
 
 
 def test_a_missing_seed_of_a_model_shown_is_named_as_a_seed_not_as_a_missing_model(tmp_path, trained):
@@ -109,7 +112,7 @@ def test_a_missing_seed_of_a_model_shown_is_named_as_a_seed_not_as_a_missing_mod
     both = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path / "b", leave_out=later + seeds_of(ST)),
                         needs=has_va)
     (notice,) = both.notices()
-    assert "1 model of the suite is missing or STALE" in notice
+    assert "1 model of the suite is not trained yet" in notice
     assert f"{len(later) - 1} further seeds of the models shown" in notice
 
 
@@ -119,11 +122,11 @@ def test_further_seeds_are_grouped_by_the_seeds_each_model_lacks(tmp_path, train
     later = [c for c in CPU if c.seed == 2] + [c for c in seeds_of(VA) if c.seed == 1]
     page = page_results("gpt2", "cpu", results_dir=stored_folder(tmp_path, leave_out=later), needs=has_va)
     (notice,) = page.notices()
-    va = VA.key.removesuffix("-seed0")
-    assert f"{len(later)} further seeds of the models shown are not stored yet (seeds 1 and 2 of {va}; " \
+    assert f"{len(later)} further seeds of the models shown are not stored yet (seeds 1 and 2 of VA+GPT2; " \
         "seed 2 of " in notice, notice
-    others = {c.key.removesuffix("-seed2") for c in CPU if c.seed == 2} - {va}
-    assert all(m in notice for m in others) and "-seed" not in notice
+    names = model_names(CPU)
+    others = {names[c.key.removesuffix("-seed2")] for c in CPU if c.seed == 2} - {"VA+GPT2"}
+    assert all(m in notice for m in others) and "cpu-gpt2" not in notice
 
 
 def test_without_what_the_page_needs_it_falls_back_to_a_quick_run_and_says_why(tmp_path, trained):
@@ -169,3 +172,22 @@ def test_bad_arguments_say_what_was_wrong(kwargs, error, match):
     family, profile = args.pop("family"), args.pop("profile")
     with pytest.raises(error, match=match):
         page_results(family, profile, **args)
+
+
+def test_model_names_name_every_model_of_each_suite_once_in_the_books_notation():
+    """One name per model (the key without its seed), distinct across the suite, in the book's
+    notation (no ASCII eps/alpha/lambda), for every family's cpu suite."""
+    for family in ("wikitext2", "gpt2", "sparse", "temperature"):
+        configs = get_family(family).configs("cpu")
+        names = model_names(configs)
+        assert set(names) == {c.key.rsplit("-seed", 1)[0] for c in configs}
+        assert len(set(names.values())) == len(names), names
+        assert not any(w in n for n in names.values() for w in ("eps=", "alpha=", "lambda=")), names
+    assert model_names(CPU)[ST.key.removesuffix("-seed0")] == f"ST+GPT2 (ε={report.eps_book(ST.eps)})"
+
+
+def test_notice_and_model_names_refuse_what_they_cannot_name():
+    with pytest.raises(TypeError, match="experiment configs"):
+        model_names(["cpu-gpt2-va-nounk-seed0"])
+    with pytest.raises(TypeError, match="names must map"):
+        page_module.partial_notice([], [], "cpu", names=["VA"])

@@ -31,7 +31,12 @@ from chapter_run import (
     store_as_seed,
 )
 
-from nmst_lib.experiments import CURRENT, load_result, published_results_dir
+from nmst_lib.experiments import (
+    CURRENT,
+    load_result,
+    model_names,
+    published_results_dir,
+)
 from nmst_lib.experiments.config import GPT2_FEATURED_EPS
 from nmst_lib.experiments.gpt2 import gpt2_suite_configs
 
@@ -99,8 +104,10 @@ def test_chapter_7_renders_from_a_stored_part_of_its_suite(partial_store):
     # the page is the stored part, not a quick run made here, and names what it leaves out
     shown = [t for t in markdown_outputs(nb) if "This page is showing" in t]
     assert len(shown) == 1 and f"the {len(kept)} `cpu` results that are stored" in shown[0], shown
-    # each by its model's key without the seed
-    assert all(re.sub(r"-seed\d+$", "", c.key) in shown[0] for c in dropped), shown[0]
+    # each as the book names its model (model_names), never by its file name
+    names = model_names(dropped)
+    assert all(names[re.sub(r"-seed\d+$", "", c.key)] in shown[0] for c in dropped), shown[0]
+    assert "-seed" not in shown[0] and "nounk" not in shown[0], shown[0]
     for cell in nb.cells:  # every numbered figure is drawn
         if cell.get("metadata", {}).get("mystnb", {}).get("figure"):
             assert any("image/png" in o.get("data", {}) or "text/html" in o.get("data", {})

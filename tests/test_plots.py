@@ -18,7 +18,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from nmst_lib import plots  # noqa: E402
-from nmst_lib.notebook import COLORS, markdown_text, setup_notebook  # noqa: E402
+from nmst_lib.notebook import COLORS, code_words, markdown_text, setup_notebook  # noqa: E402
 
 SHAPES = sorted(plots.EOS_SHAPES)
 
@@ -294,12 +294,32 @@ def test_setup_notebook_seeds_and_picks_the_available_device(capsys):
     second = (torch.rand(3), np.random.rand())
     assert torch.equal(first[0], second[0]) and first[1] == second[1]
     assert device.type == ("cuda" if torch.cuda.is_available() else "cpu")
-    assert "seed: 3" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "seed: 3" in out and "| nmst_lib " in out and "(UTC)" in out, out
     assert matplotlib.rcParams["axes.prop_cycle"].by_key()["color"][0] == COLORS["blue"]
     with pytest.raises(ValueError):
         setup_notebook(seed=-1)
     with pytest.raises(TypeError):
         setup_notebook(seed=1.5)
+
+
+def test_code_words_name_the_commit_and_the_date_a_page_ran_with(monkeypatch):
+    import datetime
+
+    import nmst_lib.experiments.results as results
+
+    day = datetime.date(2026, 11, 30)
+    for version, words in [
+        ({"git_sha": "0123456789abcdef", "git_dirty": False, "nmst_lib": "0.1.0"}, "commit 0123456789 |"),
+        ({"git_sha": "0123456789abcdef", "git_dirty": True, "nmst_lib": "0.1.0"},
+         "commit 0123456789 with local changes |"),
+        ({"git_sha": None, "git_dirty": None, "nmst_lib": "0.1.0"}, "installed package |"),
+    ]:
+        monkeypatch.setattr(results, "code_version", lambda v=version: v)
+        text = code_words(day)
+        assert text.startswith("nmst_lib 0.1.0, ") and words in text and text.endswith("run 2026-11-30 (UTC)")
+    with pytest.raises(TypeError, match="datetime.date"):
+        code_words("2026-11-30")
 
 
 def test_palette_is_indexable_by_position_and_by_name():

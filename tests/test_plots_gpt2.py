@@ -250,6 +250,15 @@ def test_tradeoff_plot_draws_each_layers_numbers_sorted_by_eps_and_va_as_a_line(
         assert set(va.get_ydata()) == {60.0 if metric == "ppl" else 0.4}
 
 
+def test_tradeoff_plot_labels_the_perplexity_axis_with_the_unit_it_is_given():
+    fig = plots.eps_tradeoff_plot(tradeoff_points(), ppl_label="validation perplexity (per GPT-2 token)")
+    assert fig.axes[0].get_ylabel() == "validation perplexity (per GPT-2 token)"
+    assert fig.axes[1].get_ylabel().startswith("$r_{nt}(L)$")
+    plt.close(fig)
+    with pytest.raises(TypeError, match="ppl_label"):
+        plots.eps_tradeoff_plot(tradeoff_points(), ppl_label="")
+
+
 @settings(max_examples=30, deadline=None)
 @given(L=st.integers(2, 5000))
 def test_tradeoff_guarantee_line_sits_where_the_half_life_step_reaches_L(L):

@@ -442,6 +442,7 @@ def test_model_names_are_the_books_and_refuse_an_eps_that_does_not_fit_the_head(
     ("NMST-entmax (eps=5e-04, alpha=1.5)", "NMST-entmax (ε=5e-4, α=1.5)"),
     ("Softmax-tau (tau=0.95)", "Softmax-T (T=0.95)"),
     ("entmax loss (alpha=1.2)", "entmax loss (α=1.2)"),
+    ("CT-MoS+LSTM (M=3, power-tanh lambda=4, LS detached)", "CT-MoS+LSTM (M=3, power-tanh λ=4, LS detached)"),
     ("Nucleus (P=0.95)", "Nucleus (P=0.95)"),
     ("VA", "VA"),
 ])

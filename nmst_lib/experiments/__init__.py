@@ -77,7 +77,7 @@ from .runs import (
     suite_configs,
 )
 from .choices import TimeEstimate, describe_results, estimate_profile_time, run_choices
-from .page_selection import PageResults, page_results, partial_notice
+from .page_selection import PageResults, model_names, page_results, partial_notice
 from .gpt2 import gpt2_suite_configs, load_gpt2_results, run_gpt2_suite
 from .sparse import (
     SparseConfig,
@@ -112,7 +112,7 @@ __all__ = [
     "CURRENT", "MISSING", "STALE", "StoredResult", "load_result", "result_path", "save_result",
     "default_results_dir", "published_results_dir",
     "Family", "family_names", "get_family", "register", "run_family_suite", "select_configs", "scratch_folder", "train_here",
-    "TimeEstimate", "describe_results", "estimate_profile_time", "run_choices", "PageResults", "page_results", "partial_notice",
+    "TimeEstimate", "describe_results", "estimate_profile_time", "run_choices", "PageResults", "page_results", "partial_notice", "model_names",
     "decode_at_scale", "eos_probability_traces", "evaluate_trained", "load_or_run", "load_trained", "rnt_grid",
     "run_experiment", "run_suite", "suite_configs",
     "CheckpointError", "PreparedData", "TrainedRun", "checkpoint_path", "evaluate_perplexity", "load_checkpoint",

@@ -697,7 +697,8 @@ No chapter trains with it now (:data:`CHAPTER_CPU_RECIPE`). Chapter 8 switched t
 :data:`EPS_PPL_CPU_RECIPE` with three of its four converged models in; the fourth, entmax-1.2,
 joined them in the published store when it finished. Chapter 9 switched to
 :data:`UNIGRAM_HOLD_CPU_RECIPE` with ten of its eleven seed-0 models in (book 5th edition); its
-CT-MoS joined them when it finished."""
+CT-MoS joined them when it finished, and MoS⁺ (added to the suite later, version 5.4) when it was
+trained."""
 
 UNIGRAM_HOLD_CPU_RECIPE = dict(CONVERGED_CPU_RECIPE, start_below_unigram=0.9)
 """Chapter 9's ``cpu`` recipe (09_temperature): :data:`CONVERGED_CPU_RECIPE` with the plateau rule

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..report import and_list, book_notation
 from .family import get_family, scratch_folder, train_here
 from .results import CURRENT, StoredResult
 
-__all__ = ["PageResults", "page_results", "partial_notice", "fallback_notice"]
+__all__ = ["PageResults", "page_results", "partial_notice", "fallback_notice", "model_names"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ class PageResults:
     suite's results that are missing or STALE and are not shown (empty unless the page is
     partial); ``folder``: where a run made here wrote (None for the committed results);
     ``trained_here``: whether the results were trained just now; ``reason``: why the page does
-    not show the committed results of ``asked`` (None when it does)."""
+    not show the committed results of ``asked`` (None when it does); ``names``: each model of the
+    suite as the page's notice names it (:func:`model_names`)."""
 
     profile: str
     asked: str
@@ -43,6 +45,7 @@ class PageResults:
     folder: str | None = None
     trained_here: bool = False
     reason: str | None = None
+    names: Mapping[str, str] | None = None
 
     @property
     def data(self) -> list[dict]:
@@ -62,7 +65,7 @@ class PageResults:
         if self.reason is not None:
             out.append(fallback_notice(self.reason, self.profile))
         if self.left_out:
-            out.append(partial_notice(self.results, self.left_out, self.profile))
+            out.append(partial_notice(self.results, self.left_out, self.profile, self.names))
         return out
 
 
@@ -97,6 +100,22 @@ def _seeds_words(seeds: Sequence[int]) -> str:
     return "seeds " + ", ".join(map(str, seeds[:-1])) + f" and {seeds[-1]}"
 
 
+def model_names(configs) -> dict[str, str]:
+    """Each model of ``configs`` (a suite's configs, any family) as a reader is told of it: its
+    key without the seed -> its label in the book's notation (:func:`~nmst_lib.report.book_notation`
+    of the config's ``label``, e.g. ``cpu-gpt2-st-eps2.5e-3-nounk`` -> ``ST+GPT2 (ε=2.5e-3)``),
+    so that a page's notice never shows a file name. Every config needs a ``key`` ending in
+    ``-seed{N}`` and a ``label``."""
+    out = {}
+    for c in configs:
+        key, label = getattr(c, "key", None), getattr(c, "label", None)
+        if not isinstance(key, str) or not re.search(r"-seed\d+$", key) or not isinstance(label, str):
+            raise TypeError("model_names needs experiment configs (a key ending in -seed{N} and a "
+                            f"label), got {type(c).__name__}")
+        out[re.sub(r"-seed\d+$", "", key)] = book_notation(label)
+    return out
+
+
 def _by_model(results: Sequence[StoredResult]) -> dict[str, list[int]]:
     """Each model of ``results`` (in order of first appearance) with its seeds there, sorted."""
     out: dict[str, list[int]] = {}
@@ -106,23 +125,28 @@ def _by_model(results: Sequence[StoredResult]) -> dict[str, list[int]]:
 
 
 def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResult],
-                   profile: str) -> str:
+                   profile: str, names: Mapping[str, str] | None = None) -> str:
     """The paragraph a partial page shows: how many results are stored and shown; which models
-    of the suite are missing or STALE (named by their key without the seed, with the seeds when
-    there are several), whose findings the page lists as not run; and which further seeds of the
-    models shown are not stored yet, grouped by the seeds they lack, whose tables are the means
-    of the stored seeds."""
+    of the suite are not stored, or stored by an older version of the code (STALE), with the
+    seeds when there are several, whose findings the page lists as not run; and which further
+    seeds of the models shown are not stored yet, grouped by the seeds they lack, whose tables
+    are the means of the stored seeds. ``names`` (:func:`model_names`) names each model as the
+    book does; a model it lacks is named by its key without the seed."""
+    if names is not None and not isinstance(names, Mapping):
+        raise TypeError(f"names must map a model's key to its name (model_names), got {type(names).__name__}")
+    names = names or {}
     models_shown = {_model_of(s) for s in shown}
     lacking = _by_model(left_out)
     missing = {m: seeds for m, seeds in lacking.items() if m not in models_shown}
     later = {m: seeds for m, seeds in lacking.items() if m in models_shown}
     parts = [f"**This page is showing the {len(shown)} `{profile}` results that are stored**"]
     if missing:
-        names = ", ".join(m + (f" ({_seeds_words(seeds)})" if len(seeds) > 1 else "")
-                          for m, seeds in missing.items())
+        listed = "; ".join(names.get(m, m) + (f" ({_seeds_words(seeds)})" if len(seeds) > 1 else "")
+                           for m, seeds in missing.items())
         one = len(missing) == 1
         parts.append(f"{len(missing)} model{'' if one else 's'} of the suite {'is' if one else 'are'} "
-                     f"missing or STALE ({names}): the tables and figures leave "
+                     f"not trained yet, or stored by an older version of the code ({listed}): the "
+                     "tables and figures leave "
                      f"{'it' if one else 'them'} out, and a finding that needs one is listed as "
                      "*not run*, naming it")
     if later:
@@ -134,7 +158,8 @@ def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResul
             what = (f"{_seeds_words(seeds)} of "
                     + ("the model shown" if len(later) == 1 else f"each of the {len(later)} models shown"))
         else:
-            what = "; ".join(f"{_seeds_words(seeds)} of {', '.join(ms)}" for seeds, ms in groups.items())
+            what = "; ".join(f"{_seeds_words(seeds)} of {and_list([names.get(m, m) for m in ms])}"
+                             for seeds, ms in groups.items())
         n = sum(len(seeds) for seeds in later.values())
         parts.append(f"{n} further seed{'' if n == 1 else 's'} of the models shown "
                      f"{'is' if n == 1 else 'are'} not stored yet ({what}): each table shows the mean "
@@ -194,7 +219,7 @@ def page_results(
         return PageResults(profile, profile, tuple(stored), tuple(configs))
     if needs is not None and current and needs([s.data for _, s in current]):
         return PageResults(profile, profile, tuple(s for _, s in current),
-                           tuple(c for c, _ in current), left_out=tuple(bad))
+                           tuple(c for c, _ in current), left_out=tuple(bad), names=model_names(configs))
     if needs is None:
         why = f"{len(bad)} of the {len(stored)} `{profile}` results are missing or STALE ({bad[0].message})"
     else:

@@ -673,6 +673,7 @@ def eps_tradeoff_plot(
     L: int | None = None,
     axes=None,
     title: str | None = None,
+    ppl_label: str = "validation perplexity",
 ) -> Figure:
     """Validation perplexity (left) and r_nt(L) under greedy search (right)
     against eps, log x axis, for ST and NMST, with VA as a horizontal line
@@ -691,10 +692,14 @@ def eps_tradeoff_plot(
             *whatever the weights* (Chapter 4, greedy theorem); left of it a
             zero r_nt(L) is learned, not guaranteed.
         axes: two matplotlib axes to draw into (default: a new 1 x 2 figure).
+        ppl_label: the perplexity axis's label, with its unit where the page
+            has one (e.g. ``"validation perplexity (per GPT-2 token)"``).
 
     Chapter 7 (``07_gpt2``).
     """
     rows = _tradeoff_rows(points)
+    if not isinstance(ppl_label, str) or not ppl_label:
+        raise TypeError(f"ppl_label must be a non-empty str, got {ppl_label!r}")
     if L is not None:
         L = check_positive_int(L, "L")
     if axes is None:
@@ -709,7 +714,7 @@ def eps_tradeoff_plot(
     eps_all = [r["eps"] for r in rows if r["eps"] is not None]
     rnt_label = "$r_{nt}(L)$, greedy" + (f", L = {L:,}" if L else "")
     panels = (
-        (axes[0], "ppl", "validation perplexity"),
+        (axes[0], "ppl", ppl_label),
         (axes[1], "rnt", rnt_label),
     )
     for ax, metric, ylabel in panels:
