@@ -1,7 +1,8 @@
 """Grade submitted notebooks so that no submission can stop, hang or abuse a batch.
 
-:func:`grade_submission` grades one notebook with ``otter run`` inside the limits and sandbox of
-:mod:`nmst_lib.classroom.sandbox` and raises on anything but a grade; :func:`grade_one` turns every
+:func:`grade_submission` grades one notebook with otter-grader (as ``otter run`` does, with the
+tests read-only) inside the limits and sandbox of :mod:`nmst_lib.classroom.sandbox`, checks the
+results against the autograder's questions and points, and raises on anything but a grade; :func:`grade_one` turns every
 outcome (graded, failed, timed out) into a :class:`Outcome`; :func:`grade_batch` grades a list of
 notebooks into a CSV that is rewritten atomically after each one, so an interrupted batch resumes
 where it stopped without grading anything twice. The instructor guide (book/instructors.md,
@@ -25,7 +26,7 @@ from . import ASSIGNMENTS
 from .sandbox import Limits, SandboxUnavailable, run_limited, sandbox_problem
 
 __all__ = ["SubmissionError", "GradingTimeout", "GradingFailed", "Outcome", "check_submission", "grade_submission",
-           "grade_one", "grade_batch", "DEFAULT_LIMITS", "STATUSES"]
+           "grade_one", "grade_batch", "expected_questions", "DEFAULT_LIMITS", "STATUSES"]
 
 #: The default limits, from the solution notebooks graded twice in each mode on 2 CPU cores shared
 #: with other jobs (load average 6-9): the slowest, a2, took 160-208 s without and 189-222 s with
@@ -103,39 +104,136 @@ def _read_only_for_grading() -> list[Path]:
     return [p for p in paths if p.exists()]
 
 
+# Run instead of `otter run`: the same grading (otter.run.run_autograder.main on an autograder
+# folder), but the grader lays the folder out beforehand, with the autograder's files and its tests
+# mounted read-only in the sandbox (otter run would copy them where the notebook can write), the
+# kernel imports the nmst_lib the grader imported, and in the sandbox, once otter is done, every
+# other process of the submission is killed and only then are the results written, from memory
+# (a process the notebook left behind cannot replace them). argv: AUTOGRADER_DIR PACKAGE_PARENT MODE.
+_OTTER_DRIVER = """\
+import json, os, signal, sys, time
+ag_dir, package_parent, mode = sys.argv[1:4]
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))
+from otter.run.run_autograder import main
+from otter.run.run_autograder.runners.abstract_runner import AbstractLanguageRunner
+from otter.test_files import GradingResults
+AbstractLanguageRunner.prepare_files = lambda self: None  # the grader placed the files
+AbstractLanguageRunner.sanitize_tokens = lambda self: setattr(self.ag_config, "token", None)
+made, to_dict = [], GradingResults.to_gradescope_dict
+def keep(self, *args, **kwargs):
+    made.append(json.dumps(to_dict(self, *args, **kwargs), indent=4))
+    return json.loads(made[-1])
+GradingResults.to_gradescope_dict = keep
+main(ag_dir, logo=False, otter_run=True)
+if mode == "sandbox" and os.getppid() == 1 and made:  # in bwrap's PID namespace: kill all but init and us
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:  # none left
+        pass
+    others = lambda: [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, os.getpid())]
+    deadline = time.monotonic() + 10
+    while others() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if others():
+        sys.exit("processes of the submission survived SIGKILL: no results")
+    with open(os.path.join(ag_dir, "results", "results.json"), "w") as f:
+        f.write(made[-1])
+"""
+
+
+def expected_questions(autograder_zip: str | Path) -> dict:
+    """``{question: points}`` of the autograded questions of a built autograder zip, from the kit's
+    ``index.json`` two folders up (``<out>/<id>/<id>-autograder.zip`` beside ``<out>/index.json``).
+
+    Grading accepts a ``results.json`` only when it scores exactly these questions, each out of
+    these points. ValueError when the index is missing or does not list the assignment.
+    """
+    autograder_zip = Path(autograder_zip).resolve()
+    assignment = _assignment_of(autograder_zip)
+    index_path = autograder_zip.parent.parent / "index.json"
+    if assignment is None or not index_path.is_file():
+        raise ValueError(f"no index.json of the kit for {autograder_zip} (expected {index_path}, written by "
+                         "`python -m nmst_lib assignments build` beside <id>/<id>-autograder.zip): grading checks "
+                         "otter's results against the questions and points it lists; or pass expected={question: "
+                         "points}")
+    entry = json.loads(index_path.read_text(encoding="utf-8")).get("assignments", {}).get(assignment)
+    if entry is None:
+        raise ValueError(f"{index_path} does not list {assignment}: rebuild the kit")
+    return {q["name"]: float(q["points"]) for q in entry["questions"] if q["kind"] == "autograded"}
+
+
+def _lay_out(autograder_zip: Path, submission: Path, tmp: Path, mode: str) -> tuple[Path, list]:
+    """The autograder folder otter expects, in ``tmp/scratch``; the zip's files outside it, in
+    ``tmp/source``. Returns the scratch folder and the read-only mounts (sandbox) of the files."""
+    import zipfile
+
+    scratch, source = tmp / "scratch", tmp / "source"
+    ag = scratch / "autograder"
+    for sub in ("submission", "results", "source"):
+        (ag / sub).mkdir(parents=True)
+    with zipfile.ZipFile(autograder_zip) as z:
+        z.extractall(source)
+    if not (source / "tests").is_dir():
+        raise ValueError(f"{autograder_zip} holds no tests/ folder: not an otter autograder zip")
+    config = source / "otter_config.json"
+    if config.is_file():  # no upload token where the notebook runs (otter's sanitize_tokens, done here)
+        settings = json.loads(config.read_text(encoding="utf-8"))
+        if isinstance(settings, dict) and settings.pop("token", None) is not None:
+            config.write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    (ag / "submission_metadata.json").write_text("{}")
+    for init in (ag / "__init__.py", ag / "submission" / "__init__.py"):
+        init.touch()
+    shutil.copy2(submission, ag / "submission" / "submission.ipynb")
+    if (source / "files").is_dir():  # support files, as otter's prepare_files copies them
+        shutil.copytree(source / "files", ag / "submission", dirs_exist_ok=True)
+    (ag / "submission" / "tests").mkdir()
+    if mode == "sandbox":
+        inside = "/grading/autograder"
+        return scratch, [(source, f"{inside}/source"), (source / "tests", f"{inside}/submission/tests")]
+    shutil.copytree(source, ag / "source", dirs_exist_ok=True)  # trusted: copies, writable (see the guide)
+    shutil.copytree(source / "tests", ag / "submission" / "tests", dirs_exist_ok=True)
+    return scratch, []
+
+
 def grade_submission(autograder_zip: str | Path, submission: str | Path, out_dir: str | Path | None = None, *,
-                     mode: str = "sandbox", limits: Limits = DEFAULT_LIMITS) -> dict:
-    """Grade one notebook with ``otter run``: ``{question: {"score", "max_score"}}``.
+                     mode: str = "sandbox", limits: Limits = DEFAULT_LIMITS, expected: dict | None = None) -> dict:
+    """Grade one notebook with otter-grader: ``{question: {"score", "max_score"}}``.
 
     The notebook runs top to bottom in a fresh kernel, then every test case (public and hidden) of
     the autograder zip, in ``mode`` (``"sandbox"``: bubblewrap, see :mod:`.sandbox`; ``"trusted"``:
-    no isolation) under ``limits``. Raises SubmissionError (not a notebook of this assignment),
-    GradingTimeout, GradingFailed (otter produced no results), SandboxUnavailable. A failing student
-    cell is not an error: it only loses points. ``out_dir`` keeps ``results.json`` and what the
-    notebook could write: ``work/`` (the copy of it that ran), ``home/`` (its ``$HOME``), ``tmp/``.
+    no isolation) under ``limits``. This is ``otter run``, except that in the sandbox the
+    autograder's files and tests are mounted read-only where the notebook runs. The results must
+    score exactly the questions of ``expected`` (``{question: points}``; default
+    :func:`expected_questions` of the zip), each out of its points, with a score between 0 and
+    them; anything else raises GradingFailed ("results do not match the autograder").
+
+    Raises SubmissionError (not a notebook of this assignment), GradingTimeout, GradingFailed (otter
+    produced no results, or results that do not match), SandboxUnavailable. A failing student cell
+    is not an error: it only loses points. ``out_dir`` keeps ``results.json`` and what the notebook
+    could write: ``work/`` (the folder it ran in), ``home/`` (its ``$HOME``), ``tmp/``.
     """
     autograder_zip, submission = Path(autograder_zip).resolve(), Path(submission).resolve()
     if not autograder_zip.is_file():
         raise ValueError(f"the autograder zip {autograder_zip} does not exist")
+    expected = expected_questions(autograder_zip) if expected is None else _checked_expected(expected)
     check_submission(submission, _assignment_of(autograder_zip))
     if mode == "sandbox" and sandbox_problem() is not None:
         raise SandboxUnavailable(sandbox_problem())
     with tempfile.TemporaryDirectory(prefix="nmst-grade-") as tmp:
-        scratch = Path(tmp)
-        for sub in ("work", "out"):
-            (scratch / sub).mkdir()
-        shutil.copy2(submission, scratch / "work" / "submission.ipynb")
-        shutil.copy2(autograder_zip, scratch / "autograder.zip")
+        scratch, mounts = _lay_out(autograder_zip, submission, Path(tmp), mode)
         where = "/grading" if mode == "sandbox" else str(scratch)
-        argv = [sys.executable, "-m", "otter", "run", "-a", f"{where}/autograder.zip", "-o", f"{where}/out",
-                "submission.ipynb"]
-        result = run_limited(argv, scratch, mode=mode, limits=limits, read_only=_read_only_for_grading())
-        results_file = scratch / "out" / "results.json"
+        package_parent = str(Path(__file__).resolve().parents[2])
+        argv = [sys.executable, "-c", _OTTER_DRIVER, f"{where}/autograder", package_parent, mode]
+        result = run_limited(argv, scratch, mode=mode, limits=limits, read_only=_read_only_for_grading(),
+                             read_only_at=mounts)
+        # run_limited returns once every process of the submission is dead (in the sandbox its PID
+        # namespace is gone), so nothing can change the results after they are read
+        results_file = scratch / "autograder" / "results" / "results.json"
         if out_dir is not None:
             out = Path(out_dir)
             out.mkdir(parents=True, exist_ok=True)
-            for sub in ("work", "home", "tmp"):
-                shutil.copytree(scratch / sub, out / sub, dirs_exist_ok=True, symlinks=True)
+            for sub, target in (("autograder/submission", "work"), ("home", "home"), ("tmp", "tmp")):
+                shutil.copytree(scratch / sub, out / target, dirs_exist_ok=True, symlinks=True)
             if results_file.is_file():
                 shutil.copy2(results_file, out / "results.json")
         if result.timed_out:
@@ -147,16 +245,51 @@ def grade_submission(autograder_zip: str | Path, submission: str | Path, out_dir
             results = json.loads(results_file.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise GradingFailed(f"otter's results.json is unreadable: {_one_line(err)}") from None
-    return _scores(results)
+    return _scores(results, expected)
 
 
-def _scores(results: dict) -> dict:
-    scores = {}
+def _checked_expected(expected) -> dict:
+    if not isinstance(expected, dict) or not expected:
+        raise TypeError(f"expected must be a non-empty dict {{question: points}}, got {expected!r}")
+    out = {}
+    for q, points in expected.items():
+        if isinstance(points, bool) or not isinstance(points, (int, float)) or not points > 0:
+            raise ValueError(f"expected[{q!r}] must be a positive number of points, got {points!r}")
+        out[str(q)] = float(points)
+    return out
+
+
+def _scores(results: dict, expected: dict) -> dict:
+    """The scores of otter's ``results.json``, checked against the autograder's questions and points."""
+    import math
+
+    scores, problems = {}, []
     for test in results.get("tests", []) if isinstance(results, dict) else []:
         if isinstance(test, dict) and test.get("max_score") is not None and test.get("name") != "Public Tests":
-            scores[str(test["name"])] = {"score": float(test.get("score") or 0.0), "max_score": float(test["max_score"])}
+            name = str(test["name"])
+            try:
+                score, top = float(test.get("score") or 0.0), float(test["max_score"])
+            except (TypeError, ValueError):
+                problems.append(f"{name} has a score that is not a number")
+                continue
+            if name in scores:
+                problems.append(f"{name} is scored twice")
+            scores[name] = {"score": score, "max_score": top}
     if not scores:
         raise GradingFailed("otter's results.json holds no graded question")
+    unknown, missing = sorted(set(scores) - set(expected)), [q for q in expected if q not in scores]
+    if unknown:
+        problems.append(f"questions the autograder does not have: {', '.join(unknown)}")
+    if missing:
+        problems.append(f"questions missing: {', '.join(missing)}")
+    for q, v in scores.items():
+        if q in expected and not math.isclose(v["max_score"], expected[q], abs_tol=1e-4):
+            problems.append(f"{q} is out of {v['max_score']:g}, the autograder's is {expected[q]:g}")
+        elif not 0.0 <= v["score"] <= v["max_score"] + 1e-9:  # also refuses nan
+            problems.append(f"{q} scores {v['score']:g}, outside [0, {v['max_score']:g}]")
+    if problems:
+        raise GradingFailed("results do not match the autograder (was the grading tampered with?): "
+                            + "; ".join(problems))
     return scores
 
 

@@ -144,8 +144,12 @@ def python_paths() -> list[Path]:
     return paths + [Path(p) for p in site.getsitepackages() if Path(p).is_dir()]
 
 
-def _sandbox_argv(argv: list[str], scratch: Path, read_only, env: dict) -> list[str]:
-    """The bwrap command line running ``argv`` with ``scratch`` writable at /grading, all else as above."""
+def _sandbox_argv(argv: list[str], scratch: Path, read_only, env: dict, read_only_at=()) -> list[str]:
+    """The bwrap command line running ``argv`` with ``scratch`` writable at /grading, all else as above.
+
+    ``read_only_at``: ``(host path, path inside)`` pairs bound read-only after the scratch folder, so
+    they can lie inside it (``/grading/...``) and still not be writable there.
+    """
     etc = scratch / ".etc"
     etc.mkdir(exist_ok=True)
     (etc / "passwd").write_text("student:x:1000:1000:student:/grading/home:/bin/sh\n")
@@ -156,6 +160,7 @@ def _sandbox_argv(argv: list[str], scratch: Path, read_only, env: dict) -> list[
            "--ro-bind", str(etc / "passwd"), "/etc/passwd", "--ro-bind", str(etc / "group"), "/etc/group",
            *_read_only_binds(read_only),
            "--bind", str(scratch), "/grading", "--bind", str(scratch / "tmp"), "/tmp",
+           *[arg for host, inside in read_only_at for arg in ("--ro-bind", str(Path(host).resolve()), str(inside))],
            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run",
            "--unshare-all", "--uid", "1000", "--gid", "1000", "--hostname", "grading",
            "--die-with-parent", "--new-session", "--clearenv", "--chdir", "/grading/work"]
@@ -174,16 +179,27 @@ def _sandbox_env() -> dict:
 
 
 def run_limited(argv: list[str], scratch: str | Path, *, mode: str = "sandbox", limits: Limits = Limits(),
-                read_only=()) -> RunResult:
+                read_only=(), read_only_at=()) -> RunResult:
     """Run ``argv`` in ``scratch/work`` under ``limits``, sandboxed (``mode="sandbox"``) or not.
 
     ``read_only``: extra paths the sandbox may read (besides the system and Python installation).
+    ``read_only_at``: ``(host path, path inside the sandbox)`` pairs mounted read-only, for example
+    an autograder's tests at ``/grading/...``, where the command can read them but not change,
+    move or delete them (sandbox mode only: trusted mode has no mounts and refuses them).
     Raises :class:`SandboxUnavailable` in sandbox mode when bubblewrap does not work here. At the
     timeout the whole process group (and in the sandbox its PID namespace) gets SIGKILL; the result
     then says ``timed_out``.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    read_only_at = [(Path(host), str(inside)) for host, inside in read_only_at]
+    if mode != "sandbox" and read_only_at:
+        raise ValueError("read_only_at needs mode='sandbox': trusted mode runs without mounts, so nothing in "
+                         "its scratch folder can be made read-only")
+    for host, inside in read_only_at:
+        if not host.exists() or not inside.startswith("/"):
+            raise ValueError(f"read_only_at takes (an existing host path, an absolute path inside), got "
+                             f"({str(host)!r}, {inside!r})")
     scratch = Path(scratch).resolve()
     (scratch / "work").mkdir(parents=True, exist_ok=True)
     limited = [sys.executable, "-c", _SET_LIMITS, str(int(limits.memory_bytes)), str(int(limits.file_bytes)), "--",
@@ -193,7 +209,7 @@ def run_limited(argv: list[str], scratch: str | Path, *, mode: str = "sandbox", 
         if problem is not None:
             raise SandboxUnavailable(problem)
         env = _sandbox_env()
-        cmd, cwd = _sandbox_argv(limited, scratch, [*python_paths(), *read_only], env), scratch
+        cmd, cwd = _sandbox_argv(limited, scratch, [*python_paths(), *read_only], env, read_only_at), scratch
         env_outer = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     else:  # the grader's environment, but HOME and TMPDIR in the scratch folder (caches, otter's files)
         for sub in ("home", "tmp"):

@@ -7,7 +7,9 @@
   grader's environment, or connect to 127.0.0.1 (checked from outside), and the solution in it
   still gets full marks; trusted mode lets all of it through (so the checks can see a leak);
 * without a working sandbox grading refuses unless --trusted;
-* an interrupted batch resumes without grading twice, and the CSV never holds half a table.
+* an interrupted batch resumes without grading twice, and the CSV never holds half a table;
+* a results.json that does not score exactly the autograder's questions and points is refused, and
+  in the sandbox a notebook cannot rewrite the tests or replace the results after otter wrote them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -76,6 +79,50 @@ def test_a_valid_notebook_of_this_assignment_passes_the_check(tmp_path):
     (tmp_path / "answers.txt").write_text("42")
     with pytest.raises(SubmissionError, match=r"\.ipynb"):
         check_submission(tmp_path / "answers.txt", A1)
+
+
+# ---- otter's results checked against the autograder (no build needed) -------------------------
+
+EXPECTED = {"q1": 9.0, "q2": 7.0}
+
+
+def results(*tests) -> dict:
+    return {"tests": [{"name": "Public Tests", "visibility": "visible", "status": "passed"},
+                      *({"name": n, "score": s, "max_score": m} for n, s, m in tests)]}
+
+
+def test_results_that_score_the_autograders_questions_are_read():
+    got = grading._scores(results(("q1", 9, 9), ("q2", 3.5, 7)), EXPECTED)
+    assert got == {"q1": {"score": 9.0, "max_score": 9.0}, "q2": {"score": 3.5, "max_score": 7.0}}
+
+
+@pytest.mark.parametrize(("tests", "why"), [
+    ((("q1", 99, 99), ("q2", 99, 99)), "q1 is out of 99, the autograder's is 9"),
+    ((("q1", 9, 9), ("q2", 7, 7), ("q9", 5, 5)), "questions the autograder does not have: q9"),
+    ((("q1", 9, 9),), "questions missing: q2"),
+    ((("q1", 10, 9), ("q2", 7, 7)), r"q1 scores 10, outside \[0, 9\]"),
+    ((("q1", -1, 9), ("q2", 7, 7)), r"q1 scores -1, outside \[0, 9\]"),
+    ((("q1", float("nan"), 9), ("q2", 7, 7)), "q1 scores nan"),
+    ((("q1", 9, 9), ("q1", 9, 9), ("q2", 7, 7)), "q1 is scored twice"),
+])
+def test_results_that_do_not_match_the_autograder_fail_with_what_is_wrong(tests, why):
+    with pytest.raises(grading.GradingFailed, match="results do not match the autograder") as err:
+        grading._scores(results(*tests), EXPECTED)
+    assert re.search(why, str(err.value)), str(err.value)
+
+
+def test_the_expected_questions_come_from_the_kits_index(tmp_path):
+    zip_path = tmp_path / A1 / f"{A1}-autograder.zip"
+    zip_path.parent.mkdir()
+    zip_path.write_bytes(b"")
+    with pytest.raises(ValueError, match="no index.json of the kit"):
+        grading.expected_questions(zip_path)
+    questions = [{"name": "q1", "kind": "autograded", "points": 9}, {"name": "q3", "kind": "manual", "points": 6}]
+    (tmp_path / "index.json").write_text(json.dumps({"assignments": {A1: {"questions": questions}}}))
+    assert grading.expected_questions(zip_path) == {"q1": 9.0}
+    assert "expected_questions" in grading.__all__
+    with pytest.raises(ValueError, match="positive number of points"):
+        grading._checked_expected({"q1": 0})
 
 
 # ---- the batch: resume, atomic CSV, summary, progress (the grading itself faked) -----------------
@@ -366,3 +413,46 @@ def test_the_command_refuses_without_a_sandbox_and_names_the_trusted_flag(built,
     assert not (tmp_path / "s.csv").exists()
     assert main([*argv, "--trusted"]) == 1  # graded (here: reported as failed) without isolation
     assert read_rows(tmp_path / "s.csv")[0]["status"] == "failed"
+
+
+FORGERIES = """# an upload that forges its grade (the grading test writes this cell)
+import glob, json, pathlib, re, subprocess, sys
+report = {{}}
+for path in glob.glob("tests/*.py") + glob.glob("../source/tests/*.py"):  # every test returns at once
+    try:
+        text = pathlib.Path(path).read_text()
+        pathlib.Path(path).write_text(re.sub(r"(def test_\\w+\\([^)]*\\):\\n)", r"\\1    return\\n", text))
+        report[path] = "rewritten"
+    except OSError as err:
+        report[path] = repr(err)
+pathlib.Path.home().joinpath("forgery.json").write_text(json.dumps(report))
+full = {{"tests": [{{"name": q, "score": p, "max_score": p}} for q, p in {expected!r}.items()]}}
+replace = (  # a detached process puts full marks in every results.json it sees, for 15 minutes
+    "import glob, json, time\\n"
+    f"full = {{full!r}}\\n"
+    "end = time.time() + 900\\n"
+    "while time.time() < end:\\n"
+    "    for f in glob.glob('/grading/**/results.json', recursive=True):\\n"
+    "        try:\\n"
+    "            if json.load(open(f)) != full:\\n"
+    "                json.dump(full, open(f, 'w'))\\n"
+    "        except Exception:\\n"
+    "            pass\\n"
+    "    time.sleep(0.002)\\n")
+subprocess.Popen([sys.executable, "-c", replace], start_new_session=True)
+"""
+
+
+def test_in_the_sandbox_a_notebook_cannot_rewrite_the_tests_or_replace_the_results(built, index, tmp_path):
+    sandbox_or_skip()
+    expected = grading.expected_questions(built / A1 / f"{A1}-autograder.zip")
+    student = json.loads((built / A1 / "student" / f"{A1}.ipynb").read_text(encoding="utf-8"))
+    student["cells"].insert(2, notebook([FORGERIES.format(expected=expected)])["cells"][0])
+    upload = tmp_path / "forged.ipynb"
+    upload.write_text(json.dumps(student))
+    kept = tmp_path / "kept"
+    scores = grading.grade_submission(built / A1 / f"{A1}-autograder.zip", upload, kept,
+                                      limits=Limits(timeout_s=400))
+    report = json.loads((kept / "home" / "forgery.json").read_text())
+    assert report and all("Read-only file system" in v for v in report.values()), report
+    assert {q: v["score"] for q, v in scores.items()} == dict.fromkeys(expected, 0.0), scores

@@ -149,3 +149,28 @@ def test_in_the_sandbox_a_process_that_detaches_does_not_outlive_a_normal_exit(t
     result = run_limited(python(code), tmp_path, mode="sandbox", limits=Limits(timeout_s=60))
     assert result.returncode == 0 and not result.timed_out, result
     assert wait_until_gone(marker) == [], f"left running: {processes_with(marker)}"
+
+
+def test_a_folder_mounted_read_only_inside_the_scratch_folder_cannot_be_changed(tmp_path):
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap does not work here: {sandbox_problem()}")
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "q1.py").write_text("points = 1\n")
+    scratch = tmp_path / "scratch"
+    (scratch / "ag" / "tests").mkdir(parents=True)
+    code = ("import os\n"
+            "print('read:', open('/grading/ag/tests/q1.py').read().strip())\n"
+            "for attempt in (lambda: open('/grading/ag/tests/q1.py', 'w'), lambda: os.remove('/grading/ag/tests/q1.py'),\n"
+            "                lambda: os.rename('/grading/ag/tests', '/grading/ag/gone')):\n"
+            "    try:\n        attempt()\n        print('changed')\n"
+            "    except OSError as e:\n        print('refused:', e.strerror)\n")
+    result = run_limited(python(code), scratch, limits=Limits(timeout_s=60),
+                         read_only_at=[(tests, "/grading/ag/tests")])
+    assert result.returncode == 0, result.stderr
+    assert "read: points = 1" in result.stdout and "changed" not in result.stdout, result.stdout
+    assert result.stdout.count("refused:") == 3 and (tests / "q1.py").read_text() == "points = 1\n"
+    with pytest.raises(ValueError, match="read_only_at needs mode='sandbox'"):
+        run_limited(python("pass"), scratch, mode="trusted", read_only_at=[(tests, "/grading/ag/tests")])
+    with pytest.raises(ValueError, match="an existing host path"):
+        run_limited(python("pass"), scratch, read_only_at=[(tmp_path / "missing", "/grading/x")])
