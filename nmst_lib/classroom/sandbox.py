@@ -156,10 +156,13 @@ def _sandbox_argv(argv: list[str], scratch: Path, read_only, env: dict, read_onl
     (etc / "group").write_text("student:x:1000:\n")
     for sub in ("home", "tmp"):
         (scratch / sub).mkdir(exist_ok=True)
-    cmd = [shutil.which("bwrap") or "bwrap", *_system_binds(),
+    # Order matters: a later mount hides what an earlier one put at or under its path. So the
+    # writable /grading and /tmp come first, then the read-only paths (a checkout, venv or data
+    # folder under /tmp stays visible).
+    cmd = [shutil.which("bwrap") or "bwrap", "--bind", str(scratch), "/grading", "--bind", str(scratch / "tmp"), "/tmp",
+           *_system_binds(),
            "--ro-bind", str(etc / "passwd"), "/etc/passwd", "--ro-bind", str(etc / "group"), "/etc/group",
            *_read_only_binds(read_only),
-           "--bind", str(scratch), "/grading", "--bind", str(scratch / "tmp"), "/tmp",
            *[arg for host, inside in read_only_at for arg in ("--ro-bind", str(Path(host).resolve()), str(inside))],
            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run",
            "--unshare-all", "--uid", "1000", "--gid", "1000", "--hostname", "grading",

@@ -174,3 +174,20 @@ def test_a_folder_mounted_read_only_inside_the_scratch_folder_cannot_be_changed(
         run_limited(python("pass"), scratch, mode="trusted", read_only_at=[(tests, "/grading/ag/tests")])
     with pytest.raises(ValueError, match="an existing host path"):
         run_limited(python("pass"), scratch, read_only_at=[(tmp_path / "missing", "/grading/x")])
+
+
+def test_read_only_paths_under_tmp_stay_visible_in_the_sandbox(tmp_path):
+    # the sandbox's own /tmp is mounted first: a checkout, venv or data folder under the host's
+    # /tmp (here pytest's tmp_path) is mounted after it and not hidden by it
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap does not work here: {sandbox_problem()}")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+        data = Path(folder) / "data"
+        data.mkdir()
+        (data / "corpus.txt").write_text("tokens")
+        code = f"print(open({str(data / 'corpus.txt')!r}).read()); open('/tmp/mine', 'w').write('x')"
+        result = run_limited(python(code), tmp_path / "scratch", limits=Limits(timeout_s=60), read_only=[data])
+    assert result.returncode == 0 and result.stdout.strip() == "tokens", result
+
