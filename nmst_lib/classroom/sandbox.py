@@ -5,7 +5,9 @@ Grading executes code written by people the instructor does not know. Two modes:
 * **sandbox** (the default): the command runs under Debian's ``bwrap`` (bubblewrap) in new user,
   mount, PID, network, IPC, UTS and cgroup namespaces. It sees a read-only view of only what grading
   needs (the system's ``/usr``, the Python installation, ``nmst_lib`` and the data it reads, the
-  autograder zip), one writable scratch folder (``/grading``, also its ``/tmp`` and ``$HOME``), an
+  autograder zip), one writable scratch folder (``/grading``, also its ``/tmp`` and ``$HOME``), two
+  small RAM-backed folders (``/dev/shm``, :data:`SHM_BYTES`; ``/run``, :data:`RUN_BYTES`), a
+  read-only root (bwrap's root is a tmpfs, RAM, writable unless remounted), an
   environment built from scratch (none of the grader's variables except a short list of harmless
   ones), and no network (its own loopback only). ``--die-with-parent`` and the PID namespace mean
   that killing the sandbox kills every process the submission started.
@@ -16,8 +18,11 @@ Grading executes code written by people the instructor does not know. Two modes:
 
 Both modes apply a wall-clock timeout (the whole process group, and in the sandbox the whole PID
 namespace, is killed with SIGKILL) and, inside the command, resource limits: the size of the data
-segment (``RLIMIT_DATA``: heap and anonymous memory, what a runaway allocation grows) and of any
-file written (``RLIMIT_FSIZE``). The instructor guide (book/instructors.md, "Grading safely") says
+segment of each process (``RLIMIT_DATA``: heap and anonymous memory, what a runaway allocation
+grows; per process, so several processes can each take that much) and of any file written
+(``RLIMIT_FSIZE``). The sandbox also limits the processes and threads (``RLIMIT_NPROC``), except
+where the grading user is root, whose processes the kernel exempts; trusted mode does not (the
+limit would count all of the user's processes). The instructor guide (book/instructors.md, "Grading safely") says
 what each mode protects against and what it does not.
 """
 
@@ -35,7 +40,7 @@ import time
 from pathlib import Path
 
 __all__ = ["Limits", "RunResult", "SandboxUnavailable", "sandbox_problem", "run_limited", "MODES",
-           "PASSED_ENV", "python_paths"]
+           "PASSED_ENV", "python_paths", "SHM_BYTES", "RUN_BYTES"]
 
 #: The grading modes: isolated in bubblewrap, or the grading user's own rights (limits only).
 MODES = ("sandbox", "trusted")
@@ -49,13 +54,20 @@ _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "fonts", "l
         "hosts", "nsswitch.conf", "ssl")
 _TOP = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
-# Applied inside the command, before it starts: python LIMITS DATA_BYTES FSIZE_BYTES -- argv...
+#: Sizes of the sandbox's RAM-backed folders (tmpfs): ``/dev/shm`` and ``/run``.
+SHM_BYTES = 256 * 2**20
+RUN_BYTES = 16 * 2**20
+
+# Applied inside the command, before it starts: python LIMITS DATA_BYTES FSIZE_BYTES NPROC -- argv...
+# (NPROC 0: no limit on processes; trusted mode, where it would count all of the user's processes)
 _SET_LIMITS = ("import os, resource, sys\n"
-               "data, fsize = int(sys.argv[1]), int(sys.argv[2])\n"
+               "data, fsize, nproc = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])\n"
                "resource.setrlimit(resource.RLIMIT_DATA, (data, data))\n"
                "resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))\n"
                "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
-               "os.execv(sys.argv[4], sys.argv[4:])\n")
+               "if nproc:\n"
+               "    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))\n"
+               "os.execv(sys.argv[5], sys.argv[5:])\n")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -64,14 +76,16 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Per-submission limits: wall-clock seconds, data-segment bytes (memory), bytes per written file."""
+    """Per-submission limits: wall-clock seconds, data-segment bytes (memory) of each process, bytes
+    per written file, and processes and threads together (``RLIMIT_NPROC``; sandbox mode only)."""
 
     timeout_s: float = 900.0
     memory_bytes: int = 6 * 2**30
     file_bytes: int = 2**30
+    processes: int = 1024
 
     def __post_init__(self):
-        for name in ("timeout_s", "memory_bytes", "file_bytes"):
+        for name in ("timeout_s", "memory_bytes", "file_bytes", "processes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"Limits.{name} must be a positive number, got {value!r}")
@@ -158,13 +172,15 @@ def _sandbox_argv(argv: list[str], scratch: Path, read_only, env: dict, read_onl
         (scratch / sub).mkdir(exist_ok=True)
     # Order matters: a later mount hides what an earlier one put at or under its path. So the
     # writable /grading and /tmp come first, then the read-only paths (a checkout, venv or data
-    # folder under /tmp stays visible).
+    # folder under /tmp stays visible), then the small RAM-backed folders, and last the root
+    # itself becomes read-only (bwrap's root is a tmpfs: writable, and counted in RAM).
     cmd = [shutil.which("bwrap") or "bwrap", "--bind", str(scratch), "/grading", "--bind", str(scratch / "tmp"), "/tmp",
            *_system_binds(),
            "--ro-bind", str(etc / "passwd"), "/etc/passwd", "--ro-bind", str(etc / "group"), "/etc/group",
            *_read_only_binds(read_only),
            *[arg for host, inside in read_only_at for arg in ("--ro-bind", str(Path(host).resolve()), str(inside))],
-           "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run",
+           "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev", "--proc", "/proc",
+           "--size", str(RUN_BYTES), "--tmpfs", "/run", "--remount-ro", "/",
            "--unshare-all", "--uid", "1000", "--gid", "1000", "--hostname", "grading",
            "--die-with-parent", "--new-session", "--clearenv", "--chdir", "/grading/work"]
     for key, value in env.items():
@@ -205,8 +221,9 @@ def run_limited(argv: list[str], scratch: str | Path, *, mode: str = "sandbox", 
                              f"({str(host)!r}, {inside!r})")
     scratch = Path(scratch).resolve()
     (scratch / "work").mkdir(parents=True, exist_ok=True)
-    limited = [sys.executable, "-c", _SET_LIMITS, str(int(limits.memory_bytes)), str(int(limits.file_bytes)), "--",
-               *argv]
+    processes = int(limits.processes) if mode == "sandbox" else 0
+    limited = [sys.executable, "-c", _SET_LIMITS, str(int(limits.memory_bytes)), str(int(limits.file_bytes)),
+               str(processes), "--", *argv]
     if mode == "sandbox":
         problem = sandbox_problem()
         if problem is not None:

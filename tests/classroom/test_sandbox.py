@@ -191,3 +191,27 @@ def test_read_only_paths_under_tmp_stay_visible_in_the_sandbox(tmp_path):
         result = run_limited(python(code), tmp_path / "scratch", limits=Limits(timeout_s=60), read_only=[data])
     assert result.returncode == 0 and result.stdout.strip() == "tokens", result
 
+
+def test_only_the_scratch_folder_and_small_ram_folders_are_writable_in_the_sandbox(tmp_path):
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap does not work here: {sandbox_problem()}")
+    from nmst_lib.classroom.sandbox import SHM_BYTES
+
+    code = ("import os\n"
+            "for path in ['/x', '/root/x', '/work/x', '/dev/x', '/etc/x', '/usr/x', '/grading/x', '/tmp/x']:\n"
+            "    try:\n        open(path, 'w').write('x')\n        print('writable', path)\n"
+            "    except OSError as e:\n        print('refused', path)\n"
+            "try:\n    with open('/dev/shm/big', 'wb') as f:\n"
+            f"        for i in range({SHM_BYTES // 2**20 + 8}):\n            f.write(bytes(2**20))\n"
+            "    print('shm unbounded')\n"
+            "except OSError as e:\n    print('shm full:', e.strerror)\n")
+    result = run_limited(python(code), tmp_path / "scratch", limits=Limits(timeout_s=60))
+    assert result.returncode == 0, result.stderr
+    writable = {line.split()[1] for line in result.stdout.splitlines() if line.startswith("writable")}
+    assert writable == {"/grading/x", "/tmp/x"}, result.stdout
+    assert "shm full: No space left on device" in result.stdout, result.stdout
+
+
+def test_limits_refuse_a_process_count_that_is_not_positive():
+    with pytest.raises(ValueError, match="processes must be a positive number"):
+        Limits(processes=0)
