@@ -460,7 +460,7 @@ def test_mismatch_setting_is_the_optimum_of_each_loss(setting):
 
 def test_mismatch_distribution_refuses_an_unknown_row(setting):
     with pytest.raises(ValueError, match="unknown row"):
-        A.mismatch_distribution(setting, "entmax", "greedy")
+        a4_mismatch._mismatch_distribution(setting, "entmax", "greedy")
 
 
 def test_the_guide_s_numbers(table5):
@@ -471,3 +471,11 @@ def test_the_guide_s_numbers(table5):
     assert round(table5[("nll", "nucleus")]["eps_ppl"], 2) == 5.01
     assert (round(table5[("entmax", "nucleus")]["eps_ppl"], 2), round(table5[("entmax", "nucleus")]["outside"], 2)) == (5.29, 0.02)
     assert round(table5[("nll", "top-k")]["outside"], 3) == 0.082
+
+
+def test_the_student_facing_module_does_not_export_the_reference_answers():
+    """The notebook imports this module: a public reference table would answer q8 (and q5) in one line."""
+    for answer in ("mismatch_distribution", "mismatch_scores", "_mismatch_distribution", "_mismatch_scores",
+                   "_recomputed_rows"):
+        assert not hasattr(A, answer) and answer not in A.__all__, answer
+    assert not {"mismatch_distribution", "mismatch_scores"} & set(a4_mismatch.__all__)

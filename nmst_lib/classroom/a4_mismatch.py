@@ -1,6 +1,10 @@
 """Assignment 4, q8: the train/test mismatch of Martins et al. (2020)'s Table 5 on two
 models at the optimum of their losses (Chapter 8, Theorem 8.4). The test cells reach these
-through :mod:`nmst_lib.classroom.a4_sparse_temperature`."""
+through :mod:`nmst_lib.classroom.a4_sparse_temperature`.
+
+The reference table of the hidden checks (``_mismatch_distribution``, ``_mismatch_scores``) is
+private and not re-exported: the student notebook imports the assignment's module, and a public
+reference would be the answer to q8 in one line."""
 
 # A check's failure is an AssertionError (otter's test failure) whatever its
 # cause, a wrong type included:
@@ -25,8 +29,6 @@ __all__ = [
     "MismatchSetting",
     "mismatch_counts",
     "mismatch_setting",
-    "mismatch_distribution",
-    "mismatch_scores",
     "check_mismatch_format",
     "check_mismatch_supports",
     "check_mismatch_table5",
@@ -145,7 +147,7 @@ def mismatch_setting() -> MismatchSetting:
                            int(S["k"]), float(S["mu"]))
 
 
-def mismatch_distribution(setting: MismatchSetting, training: str,
+def _mismatch_distribution(setting: MismatchSetting, training: str,
                           decoder: str) -> torch.Tensor:
     """The distribution ``[C, V]`` that ``decoder`` samples from, for the
     model trained with ``training`` (Martins et al. (2020), Table 5): the
@@ -171,7 +173,7 @@ def mismatch_distribution(setting: MismatchSetting, training: str,
     return decoding.decoder_distribution(log_p, decoder, **kwargs)
 
 
-def mismatch_scores(q: torch.Tensor, setting: MismatchSetting) -> dict:
+def _mismatch_scores(q: torch.Tensor, setting: MismatchSetting) -> dict:
     """sp (Theorem 8.5), eps-perplexity with its best kappa (eq. (8.2),
     Proposition 8.1), the share of reference words outside the support,
     and the mean support size over the contexts (Martins et al.'s Table 4)
@@ -305,7 +307,7 @@ def _recomputed_rows():
     torch.set_num_threads(1)  # tiny tensors: one thread, immune to load
     try:
         setting = mismatch_setting()
-        return {key: mismatch_scores(mismatch_distribution(setting, *key),
+        return {key: _mismatch_scores(_mismatch_distribution(setting, *key),
                                      setting) for key in MISMATCH_ROWS}
     finally:
         torch.set_num_threads(threads)
@@ -318,7 +320,7 @@ _RECIPE = ("the recomputation with mismatch_setting() (decoding."
 
 def hidden_mismatch_supports_recomputed(table5) -> None:
     """The table's support sizes and shares outside the support recomputed
-    with :func:`mismatch_distribution` (Martins et al. (2020), Tables 4-5;
+    with :func:`_mismatch_distribution` (Martins et al. (2020), Tables 4-5;
     Chapter 8)."""
     check_mismatch_format(table5)
     for key, want in _recomputed_rows().items():

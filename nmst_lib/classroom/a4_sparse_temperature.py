@@ -39,8 +39,6 @@ from .a4_mismatch import (  # noqa: F401 -- q8, re-exported for the test cells
     hidden_mismatch_scores_recomputed,
     hidden_mismatch_supports_recomputed,
     mismatch_counts,
-    mismatch_distribution,
-    mismatch_scores,
     mismatch_setting,
 )
 from .a4_sparse_temperature_common import (
@@ -87,7 +85,7 @@ __all__ = [  # noqa: RUF022 -- grouped by problem, not sorted
     "hidden_reachable_matches_library", "hidden_reachable_extreme",
     # q8
     "MISMATCH", "MISMATCH_ROWS", "MismatchSetting", "mismatch_counts",
-    "mismatch_setting", "mismatch_distribution", "mismatch_scores",
+    "mismatch_setting",
     "check_mismatch_format", "check_mismatch_supports",
     "check_mismatch_table5", "hidden_mismatch_supports_recomputed",
     "hidden_mismatch_scores_recomputed",
