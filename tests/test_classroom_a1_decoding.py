@@ -273,7 +273,7 @@ def test_experiment_checks_pass_on_the_library(experiment):
     rnn, contexts, generations, curves = experiment
     checks.check_experiment_follows_the_theory(generations, curves, rnn, LS)
     checks.hidden_experiment_curves_match_generations(generations, curves, LS)
-    checks.hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN)
+    checks.hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN, 2)
 
 
 def test_experiment_checks_say_the_experiment_has_not_run(experiment):
@@ -281,7 +281,7 @@ def test_experiment_checks_say_the_experiment_has_not_run(experiment):
     with pytest.raises(AssertionError, match="not the dict that `run_decoders` returns"):
         checks.check_experiment_follows_the_theory(None, None, rnn, LS)
     with pytest.raises(AssertionError, match="not the dict that `run_decoders` returns"):
-        checks.hidden_experiment_generations_follow_their_decoders(None, contexts, rnn, MAX_LEN)
+        checks.hidden_experiment_generations_follow_their_decoders(None, contexts, rnn, MAX_LEN, 2)
     _, _, generations, curves = experiment
     with pytest.raises(AssertionError, match="rnt_from_tokens is not implemented yet"):
         checks.check_experiment_follows_the_theory(generations, {name: None for name in curves}, rnn, LS)
@@ -309,12 +309,29 @@ def test_generations_must_follow_their_decoders(experiment):
     top3 = decode(rnn, contexts, "top-k", k=3, max_len=MAX_LEN, generator=torch.Generator().manual_seed(2))
     with pytest.raises(AssertionError, match=r"generations\['top-2'\].*outside the candidate set"):
         checks.hidden_experiment_generations_follow_their_decoders(dict(generations, **{"top-2": top3}), contexts,
-                                                                   rnn, MAX_LEN)
+                                                                   rnn, MAX_LEN, 2)
     fake = dict(generations, ancestral=generations["consistent top-2"])
     with pytest.raises(AssertionError, match="ancestral sampling draws from all of V"):
-        checks.hidden_experiment_generations_follow_their_decoders(fake, contexts, rnn, MAX_LEN)
+        checks.hidden_experiment_generations_follow_their_decoders(fake, contexts, rnn, MAX_LEN, 2)
     with pytest.raises(AssertionError, match="not MAX_LEN"):
-        checks.hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN + 1)
+        checks.hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN + 1, 2)
+
+
+def test_samplers_decoded_greedily_or_with_one_shared_generator_are_not_the_recipe(experiment):
+    """Greedy tokens stay inside every candidate set: only the recipe (same settings, a fresh
+    generator seeded with SEED per decoder) tells top-2 and nucleus-0.6 decoded greedily apart."""
+    rnn, contexts, generations, _ = experiment
+    greedy = {name: generations["greedy"] for name in ("top-2", "nucleus-0.6")}
+    with pytest.raises(AssertionError, match=r"generations\['top-2'\], row \d+, step t = \d+: token \d+, but the "
+                       r"statement's recipe .*method='top-k', k=2\) with seed = SEED = 2 gives"):
+        checks.hidden_experiment_generations_follow_their_decoders(dict(generations, **greedy), contexts, rnn,
+                                                                   MAX_LEN, 2)
+    shared = torch.Generator().manual_seed(2)
+    one_generator = {name: decode(rnn, contexts, max_len=MAX_LEN, generator=shared, **kw) for name, kw in SETTINGS.items()}
+    with pytest.raises(AssertionError, match="a fresh generator seeded with SEED"):
+        checks.hidden_experiment_generations_follow_their_decoders(one_generator, contexts, rnn, MAX_LEN, 2)
+    with pytest.raises(AssertionError, match="seed = SEED = 3"):
+        checks.hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN, 3)
 
 
 def test_xi_is_the_bounded_state_floor(experiment):

@@ -693,10 +693,13 @@ def _candidate_mask(name: str, log_probs: torch.Tensor, eos_id: int) -> torch.Te
     return log_probs > -math.inf
 
 
-def hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN) -> None:
+def hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN, SEED) -> None:
     """Teacher-forces the RNN along every generation and checks each token against its decoder's
     candidate set (Definition 1.4, Chapter 1; Definitions 3.1-3.2, Chapter 3); ancestral samples
-    must leave the consistent nucleus at least once (their candidate set is all of V)."""
+    must leave the consistent nucleus at least once (their candidate set is all of V). Then each
+    generation must be token for token the statement's recipe: ``decode(rnn, contexts,
+    max_len=MAX_LEN, generator=torch.Generator().manual_seed(SEED), **EXPERIMENT_DECODERS[name])``
+    (a sampler decoded greedily stays inside its candidate set, but not on the recipe's tokens)."""
     _experiment_inputs(generations, {name: None for name in EXPERIMENT_DECODERS})
     expect(isinstance(contexts, torch.Tensor) and contexts.dim() == 2,
            "`contexts` must be the [B, k] tensor of the experiment cell")
@@ -738,3 +741,25 @@ def hidden_experiment_generations_follow_their_decoders(generations, contexts, r
             expect(outside_nucleus > 0,
                    "generations['ancestral'] never takes a token outside the consistent nucleus-0.6 candidate set; "
                    "ancestral sampling draws from all of V (Definition 1.4 in Chapter 1): decode with method='ancestral'")
+    for name in EXPERIMENT_DECODERS:
+        _expect_the_recipe(name, generations[name], contexts, rnn, int(MAX_LEN), SEED)
+
+
+def _expect_the_recipe(name: str, generation, contexts, rnn, max_len: int, seed) -> None:
+    from nmst_lib.decoding import decode
+
+    kwargs = EXPERIMENT_DECODERS[name]
+    recipe = (f"decode(model, contexts, max_len=max_len, generator=torch.Generator().manual_seed(seed), "
+              f"{', '.join(f'{k}={v!r}' for k, v in kwargs.items())})")
+    want = decode(rnn, contexts, max_len=max_len, generator=torch.Generator().manual_seed(int(seed)), **kwargs).tokens
+    got = generation.tokens.detach().cpu()
+    width = max(got.shape[1], want.shape[1])
+    pad = lambda t: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=-1)  # noqa: E731
+    differ = pad(got) != pad(want)
+    if bool(differ.any()):
+        r, t = (int(i) for i in differ.nonzero()[0])
+        raise AssertionError(
+            f"generations[{name!r}], row {r}, step t = {t + 1}: token {int(pad(got)[r, t])}, but the statement's "
+            f"recipe {recipe} with seed = SEED = {seed} gives {int(pad(want)[r, t])} there. Decode each decoder "
+            "with exactly its settings from the table and a fresh generator seeded with SEED (one per decoder, "
+            "created just before its decode call)")
