@@ -354,15 +354,37 @@ def _read_csv(path: Path, columns: list[str]) -> list[dict]:
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
-    """Write the whole table to a temporary file beside ``path``, flush it to disk, then rename it."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Merge ``rows`` into the table at ``path`` (by submission) and replace the file atomically.
+
+    Under an exclusive ``flock`` on ``.<name>.lock`` beside it, so that two batches writing one CSV
+    keep each other's rows: read the table on disk, replace or append ``rows``, write a temporary
+    file with a unique name beside ``path``, flush it to disk, rename it over ``path``, and flush
+    the folder (the rename itself survives a crash).
+    """
+    import fcntl
+
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        table = {os.path.abspath(r["submission"]): r for r in _read_csv(path, columns)}
+        table.update({os.path.abspath(r["submission"]): r for r in rows})
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, 0o644)
+            with open(fd, "w", newline="", encoding="utf-8") as f:
+                writer = csv.DictWriter(f, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(table.values())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 def _row(outcome: Outcome, questions) -> dict:
@@ -383,7 +405,8 @@ def grade_batch(autograder_zip, submissions, questions, csv_path=None, *, mode: 
     """Grade ``submissions`` one by one into ``csv_path``; return the counts by status.
 
     Each submission gets one row (:data:`STATUSES`; score columns ``questions``, totals, seconds,
-    a one-line error, the file's sha256); the CSV is rewritten atomically after every submission.
+    a one-line error, the file's sha256); the CSV is rewritten atomically after every submission,
+    merged under a lock with what is on disk (another batch may write the same file).
     A submission that already has a row for the same file content is not graded again (an
     interrupted batch resumes), unless ``retry_failed`` and its row is not ``graded``. In sandbox
     mode a machine without a working sandbox raises SandboxUnavailable before anything runs.
@@ -411,8 +434,8 @@ def grade_batch(autograder_zip, submissions, questions, csv_path=None, *, mode: 
         for sub in todo:
             outcome = grade_one(autograder_zip, sub, mode=mode, limits=limits)
             table[os.path.abspath(sub)] = _row(outcome, questions)
-            if csv_file is not None:
-                _write_csv(csv_file, columns, list(table.values()))
+            if csv_file is not None:  # merged with the file: another batch may write it too
+                _write_csv(csv_file, columns, [table[os.path.abspath(sub)]])
             bar.update(1)
             if log is not None:
                 log(_describe(outcome), bar)

@@ -456,3 +456,24 @@ def test_in_the_sandbox_a_notebook_cannot_rewrite_the_tests_or_replace_the_resul
     report = json.loads((kept / "home" / "forgery.json").read_text())
     assert report and all("Read-only file system" in v for v in report.values()), report
     assert {q: v["score"] for q, v in scores.items()} == dict.fromkeys(expected, 0.0), scores
+
+
+def test_two_batches_writing_one_csv_keep_each_others_rows(tmp_path):
+    table = tmp_path / "scores.csv"
+    columns = grading._columns(["q1"])
+
+    def row(name):
+        return {**dict.fromkeys(columns, ""), "submission": str(tmp_path / f"{name}.ipynb"), "status": "graded"}
+
+    def batch(prefix):  # each batch holds only its own rows in memory, as two grading commands would
+        for i in range(15):
+            grading._write_csv(table, columns, [row(f"{prefix}{i}")])
+
+    threads = [threading.Thread(target=batch, args=(p,)) for p in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    names = sorted(Path(r["submission"]).stem for r in read_rows(table))
+    assert names == sorted(f"{p}{i}" for p in "ab" for i in range(15)), names
+    assert not list(tmp_path.glob("*.tmp")), "a temporary file was left behind"
