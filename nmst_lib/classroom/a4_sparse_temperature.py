@@ -160,7 +160,7 @@ def check_sparsemax_shift_invariance(sparsemax) -> None:
 
 def check_sparsemax_two_tokens(sparsemax) -> None:
     """Exercise 8.2 (Chapter 8): for two tokens with d = z_1 - z_2, sparsemax(z)_1 = min(max((1 + d)/2, 0), 1);
-    the token is alone in the support once d >= 1 (the margin of Theorem 8.4)."""
+    the token is alone in the support once d >= 1 (the margin 1/(alpha - 1) of Corollary 8.1, part 1)."""
     d = torch.linspace(-3, 3, 61, dtype=torch.float64)
     z = torch.stack([d, torch.zeros_like(d)], dim=-1)
     p = _student_sparsemax(sparsemax, z)
