@@ -340,3 +340,20 @@ def test_xi_is_the_bounded_state_floor(experiment):
     u_plus = rnn.output_embeddings.abs().sum(dim=1).max().item()
     assert math.isclose(xi, math.exp(-2 * u_plus) / 6)
     assert 1e-4 < xi < 1e-3
+
+
+def test_a_tensor_checks_message_says_where_the_worst_entry_is_apart_from_what_it_is():
+    """The index of the worst entry is written "at index [i, j]", not glued onto the description
+    ("...eps = 0.3[2, 24, 3]"), and a 0-dimensional tensor has none."""
+    from nmst_lib.classroom.checks import expect_tensor_close
+
+    want = torch.zeros(2, 3, dtype=torch.float64)
+    got = want.clone()
+    got[1, 2] = 0.5
+    with pytest.raises(AssertionError) as err:
+        expect_tensor_close(got, want, "your log-probabilities at eps = 0.3", "the layer's formula")
+    assert str(err.value) == ("your log-probabilities at eps = 0.3, at index [1, 2], is 0.5, "
+                              "but the layer's formula gives 0"), str(err.value)
+    with pytest.raises(AssertionError) as err:
+        expect_tensor_close(torch.tensor(1.0), torch.tensor(0.0), "your r_nt", "the definition")
+    assert str(err.value).startswith("your r_nt is 1"), str(err.value)

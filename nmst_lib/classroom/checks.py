@@ -85,6 +85,12 @@ def expect_close(got: float, want: float, what: str, where: str, rtol: float = 1
     expect(ok, f"{what} is {a}, but {where} gives {b}")
 
 
+def _at(idx: tuple) -> str:
+    """Where in a tensor an entry is, as a failure message says it: ``, at index [2, 24, 3],``
+    (nothing for a 0-dimensional tensor), so the index is not read as part of the description."""
+    return f", at index [{', '.join(map(str, idx))}]," if idx else ""
+
+
 def expect_tensor_close(got, want: torch.Tensor, what: str, where: str, rtol: float = 1e-5,
                         atol: float = 1e-6) -> None:
     """``got`` (tensor-like) must have ``want``'s shape and values; the message shows the worst entry."""
@@ -99,14 +105,13 @@ def expect_tensor_close(got, want: torch.Tensor, what: str, where: str, rtol: fl
     finite_match = torch.isfinite(got) == torch.isfinite(want)
     if not bool(finite_match.all()):
         idx = tuple(int(i) for i in (~finite_match).nonzero()[0])
-        raise AssertionError(f"{what}[{', '.join(map(str, idx))}] is {fmt(got[idx])}, but {where} gives "
-                             f"{fmt(want[idx])}")
+        raise AssertionError(f"{what}{_at(idx)} is {fmt(got[idx])}, but {where} gives {fmt(want[idx])}")
     both = torch.isfinite(want)
     diff = torch.where(both, (got - want).abs() - (atol + rtol * want.abs()), torch.zeros_like(want))
     if bool((diff > 0).any()):
         idx = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
         a, b = _pair(got[idx].item(), want[idx].item())
-        raise AssertionError(f"{what}[{', '.join(map(str, idx))}] is {a}, but {where} gives {b}")
+        raise AssertionError(f"{what}{_at(idx)} is {a}, but {where} gives {b}")
     same_inf = torch.where(both, torch.ones_like(want, dtype=torch.bool), got == want)
     expect(bool(same_inf.all()), f"{what} has infinities where {where} does not")
 
