@@ -4,7 +4,8 @@ bounds, and Choi, Cho, Lee (2023) Remark 1."""
 from __future__ import annotations
 
 import math
-from decimal import Decimal, getcontext
+import signal
+from decimal import Decimal, getcontext, localcontext
 
 import pytest
 import torch
@@ -244,6 +245,50 @@ def test_bounds_at_eps_1e5_are_precise():
     naive32 = -math.log(2) / float(torch.log(torch.tensor(1 - eps, dtype=torch.float32)))
     assert abs(naive32 - B) > 50
     assert first_step_eos_above_half(eps) == _decimal_first_step(eps) == 69315
+
+
+def _within_seconds(seconds: int, fn, *args):
+    """``fn(*args)``, failing (not hanging) when it takes more than ``seconds`` (SIGALRM)."""
+    def fail(signum, frame):
+        raise TimeoutError(f"{fn.__name__}{args} took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        return fn(*args)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _exact_half_life(eps: float) -> Decimal:
+    # beta_eps = ln 2 / -ln(1 - eps) with eps taken exactly, at 800 digits: 1 - eps keeps every
+    # digit of eps down to 1e-300 (60 digits, as above, would round 1 - 1e-300 to 1)
+    with localcontext() as ctx:
+        ctx.prec = 800
+        return Decimal(2).ln() / -(Decimal(1) - Decimal(eps)).ln()
+
+
+@pytest.mark.parametrize("eps", [1e-17, 1e-25, 1e-100, 1e-300, 1e-307])
+def test_first_step_for_eps_beyond_float64_integers_finishes_and_agrees_with_the_closed_form(eps):
+    # t_1/2 > 2^53 here: the old +-1 correction loops never moved t (eps = 1e-25 hung)
+    t = _within_seconds(5, first_step_eos_above_half, eps)
+    assert t > 2**53
+    # the defining inequality in float64 holds at t and not at t - 1 (it is monotone in t)
+    log_keep = math.log1p(-eps)
+    assert t * log_keep < -math.log(2.0) <= (t - 1) * log_keep
+    # the closed form floor(beta_eps) + 1, and the exact beta_eps, to float64's precision
+    assert abs(t - (math.floor(half_life_bound(eps)) + 1)) <= 1e-15 * t
+    exact = _exact_half_life(eps)
+    assert abs(Decimal(t) - exact) <= Decimal("1e-15") * exact
+    assert _within_seconds(5, beam_termination_bound, eps, 4) == t + 4
+
+
+@pytest.mark.parametrize("eps", [1e-308, 3e-309, 5e-324])
+def test_first_step_refuses_eps_whose_half_life_leaves_the_float64_range(eps):
+    for fn, args in ((first_step_eos_above_half, (eps,)), (beam_termination_bound, (eps, 2))):
+        with pytest.raises(ValueError, match=r"eps must be >= 1e-307.*largest float64"):
+            _within_seconds(5, fn, *args)
 
 
 def test_first_step_at_an_exact_half_is_the_next_step():

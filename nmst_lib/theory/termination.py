@@ -46,18 +46,64 @@ def first_step_eos_above_half(eps) -> int:
     ``05_nmst``). With beta_eps = :func:`half_life_bound` it equals floor(beta_eps) + 1
     (beta_eps itself, when it is an integer, does not count: f_lb(beta_eps) = 1/2 exactly).
     Greedy search on an ST or NMST model stops within t_{1/2} steps, and the bound is attained
-    (eps = 1e-2: beta_eps = 68.97, t_{1/2} = 69). The result is checked against the
-    inequality t * log1p(-eps) < -log 2 in float64.
+    (eps = 1e-2: beta_eps = 68.97, t_{1/2} = 69). The result is the smallest integer t for
+    which the inequality t * log1p(-eps) < -log 2 holds in float64.
+
+    For eps below about 7.7e-17, t_{1/2} exceeds 2^53, beyond which float64 no longer holds
+    every integer: stepping t by one from floor(beta_eps) + 1 would not move the product, so
+    that smallest t is found by bisection over the integers instead (the inequality is monotone
+    in t). It agrees with floor(beta_eps) + 1 to float64's relative precision (about 1e-16;
+    e.g. eps = 1e-25 gives 6.93e24). eps must be at least 1e-307 (``ValueError`` below): for
+    smaller eps, beta_eps = log 2 / -log(1 - eps) approaches or exceeds the largest float64,
+    1.8e308, and the inequality cannot be evaluated in float64.
     """
     eps = check_eps(eps)
+    if eps < _SMALLEST_EPS:
+        raise ValueError(
+            f"eps must be >= {_SMALLEST_EPS:g} for t_1/2, got {eps!r}: below it beta_eps = log 2 / -log(1 - eps) "
+            "approaches the largest float64 (1.8e308), where the defining inequality cannot be evaluated")
     log_keep, target = math.log1p(-eps), -math.log(2.0)
     t = math.floor(-math.log(2.0) / log_keep) + 1
+    if t > _EXACT_INTEGERS:
+        return _smallest_step_below(log_keep, target, t)
     # guard against rounding in beta_eps: make t the first step where the defining inequality holds
     while t > 1 and (t - 1) * log_keep < target:
         t -= 1
     while not t * log_keep < target:
         t += 1
     return int(t)
+
+
+_EXACT_INTEGERS = 2**53
+"""Beyond 2^53 consecutive integers are no longer all float64 numbers."""
+
+_SMALLEST_EPS = 1e-307
+"""The smallest eps :func:`first_step_eos_above_half` accepts (beta_eps = 6.9e306 there)."""
+
+
+def _smallest_step_below(log_keep: float, target: float, start: int) -> int:
+    """The smallest integer t >= 1 with ``t * log_keep < target`` in float64, from a guess ``start``.
+
+    ``t * log_keep`` rounds ``t`` to float64 and then the product, both monotone, so the
+    inequality holds from some t on: bracket it by steps that double, then bisect (about a
+    hundred evaluations, whatever t)."""
+    def holds(t: int) -> bool:
+        return t * log_keep < target
+
+    step = max(1, start >> 50)  # about the rounding error of start = floor(beta_eps) + 1
+    hi = start
+    while not holds(hi):
+        hi, step = hi + step, 2 * step
+    lo = max(0, hi - step)  # holds(0) is False: 0 * log_keep = -0.0 > target
+    while holds(lo):
+        lo, step = max(0, lo - step), 2 * step
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def beam_termination_bound(eps, beam_size: int) -> int:
