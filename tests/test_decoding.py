@@ -818,3 +818,86 @@ def test_mask_functions_reject_bad_arguments():
 
 def test_methods_constant_lists_every_method():
     assert METHODS == ("greedy", "ancestral", "top-k", "nucleus", "entmax", "beam")
+
+
+# ------------------------------------------------------ rows that are no distribution (NaN, all -inf)
+
+
+class _BrokenRowLM(MarkovLM):
+    """A MarkovLM whose log-probabilities get ``bad_row`` in row 0 at step ``at_step`` (0: the
+    first token, from initial_state)."""
+
+    def __init__(self, table, bad_row, at_step):
+        super().__init__(table)
+        self.bad_row, self.at_step, self.calls = bad_row, at_step, 0
+
+    def _spoil(self, log_probs):
+        if self.calls == self.at_step:
+            log_probs = log_probs.clone()
+            log_probs[0] = self.bad_row
+        self.calls += 1
+        return log_probs
+
+    def initial_state(self, contexts):
+        state, log_probs = super().initial_state(contexts)
+        return state, self._spoil(log_probs)
+
+    def step(self, state, tokens):
+        state, log_probs = super().step(state, tokens)
+        return state, self._spoil(log_probs)
+
+
+_NAN_ROW = torch.tensor([0.0, math.nan, -1.0, -2.0, -3.0], dtype=torch.float64)
+_EMPTY_ROW = torch.full((5,), -INF, dtype=torch.float64)
+_DECODERS = [("greedy", {}), ("ancestral", {}), ("ancestral", {"temperature": 0.7}), ("top-k", {"k": 2}),
+             ("top-k", {"k": 2, "consistent": True}), ("nucleus", {"p": 0.9}), ("nucleus", {"p": 1.0}),
+             ("entmax", {"alpha": 1.5}), ("beam", {"beam_size": 2})]
+
+
+@pytest.mark.parametrize("method, kwargs", _DECODERS)
+@pytest.mark.parametrize("at_step", [0, 2])
+def test_every_decoder_refuses_a_step_whose_row_contains_nan(method, kwargs, at_step):
+    table = seeded_table(0, 5, eos_boost=-30.0).transition_log_probs  # eos never wins: steps go on
+    model = _BrokenRowLM(table, _NAN_ROW, at_step)
+    where = "initial_state" if at_step == 0 else "step"
+    with pytest.raises(ValueError, match=rf"row 0 of the log_probs model.{where} returned .* contains NaN"):
+        decode(model, CONTEXTS, method, max_len=6, generator=torch.Generator().manual_seed(0), **kwargs)
+
+
+@pytest.mark.parametrize("method, kwargs", _DECODERS)
+@pytest.mark.parametrize("at_step", [0, 2])
+def test_every_decoder_refuses_a_step_whose_row_has_no_finite_log_probability(method, kwargs, at_step):
+    table = seeded_table(0, 5, eos_boost=-30.0).transition_log_probs
+    model = _BrokenRowLM(table, _EMPTY_ROW, at_step)
+    with pytest.raises(ValueError, match="has no token of positive probability"):
+        decode(model, CONTEXTS, method, max_len=6, generator=torch.Generator().manual_seed(0), **kwargs)
+
+
+@pytest.mark.parametrize("bad_row, words", [(_NAN_ROW, "contains NaN"),
+                                            (_EMPTY_ROW, "no token of positive probability"),
+                                            (torch.tensor([0.0, INF, -1.0, -2.0, -3.0]), r"contains \+inf")])
+def test_candidate_sets_sampling_and_decoder_distribution_refuse_a_row_that_is_no_distribution(bad_row, words):
+    from nmst_lib.decoding import decoder_distribution
+
+    good = torch.log_softmax(torch.randn(2, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1)), -1)
+    log_probs = torch.stack([good[0], bad_row.double(), good[1]])  # the bad row is row 1
+    calls = [lambda: top_k_mask(log_probs, 2), lambda: nucleus_mask(log_probs, 0.5),
+             lambda: nucleus_mask(log_probs, 1.0), lambda: sample_tokens(log_probs),
+             lambda: restrict_log_probs(log_probs, torch.ones(3, 5, dtype=torch.bool))]
+    calls += [lambda m=m, kw=kw: decoder_distribution(log_probs, m, **kw)
+              for m, kw in [("greedy", {}), ("ancestral", {}), ("top-k", {"k": 2}), ("nucleus", {"p": 0.5}),
+                            ("entmax", {"alpha": 1.5})]]
+    for call in calls:
+        with pytest.raises(ValueError, match=rf"row 1 of log_probs .*{words}"):
+            call()
+    # a leading batch dim is flattened: row 1 of [3, 5] is row 1 of [1, 3, 5] too
+    with pytest.raises(ValueError, match="row 1 of log_probs"):
+        top_k_mask(log_probs[None], 2)
+
+
+def test_rows_with_minus_infinity_but_a_finite_entry_and_empty_batches_are_still_accepted():
+    log_probs = torch.tensor([[0.0, -INF, -INF], [-INF, -0.5, -1.0]]).log_softmax(-1)
+    assert top_k_mask(log_probs, 1).tolist() == [[True, False, False], [False, True, False]]
+    drawn = sample_tokens(log_probs, torch.Generator().manual_seed(0)).tolist()
+    assert drawn[0] == 0 and drawn[1] in (1, 2)
+    assert nucleus_mask(torch.empty(0, 3), 0.5).shape == (0, 3)
