@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nmst_lib.heads import (
+    NMSTEntmaxHead,
     NMSTHead,
     OutputHead,
     STHead,
@@ -526,6 +527,33 @@ def test_step_rejects_wrong_shapes():
         layer.step(torch.zeros(2, 4), torch.zeros(3))
     with pytest.raises(ValueError, match="batch_size"):
         layer.initial_step_state(-1, "cpu")
+
+
+@pytest.mark.parametrize("make", [lambda: NMSTHead(0.1), lambda: NMSTEntmaxHead(0.1, 1.5)])
+def test_nmst_step_refuses_a_negative_or_non_integer_step_count(make):
+    layer = make()
+    logits = torch.zeros(2, 4)
+    with pytest.raises(ValueError, match=r"steps taken so far: it must be >= 0 .* got -4"):
+        layer.step(logits, torch.tensor([0, -4]))  # t = -3 would give (1 - eps)^-3 > 1: NaN
+    for state in (torch.tensor([1.5, 0.0]), torch.tensor([1.0, 0.0], dtype=F64), torch.tensor([True, False])):
+        with pytest.raises(TypeError, match=rf"must be an integer tensor .* got dtype {state.dtype}"):
+            layer.step(logits, state)
+    # the state of initial_step_state and of step passes, any integer dtype too
+    _, state = layer.step(logits, layer.initial_step_state(2))
+    layer.step(logits, state.int())
+
+
+def test_st_step_refuses_an_integer_positive_or_nan_running_log_product():
+    layer = STHead(0.1)
+    logits = torch.zeros(2, 4)
+    with pytest.raises(TypeError, match=r"floating-point tensor .* got dtype torch.int64"):
+        layer.step(logits, torch.zeros(2, dtype=torch.long))
+    for bad in (0.5, math.nan):
+        with pytest.raises(ValueError, match="must be <= 0 and not NaN"):
+            layer.step(logits, torch.tensor([0.0, bad]))
+    # -inf (p(eos) = 1 reached: an eos logit of -inf) is a valid state
+    log_probs, state = layer.step(logits, torch.tensor([0.0, -math.inf]))
+    assert log_probs[1, 3] == 0.0 and state[1] == -math.inf
 
 
 # --------------------------------------------------------------------------- argument checks

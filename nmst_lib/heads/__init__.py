@@ -28,7 +28,11 @@ Two sparse layers (Chapter 8, 08_sparse) replace the softmax by alpha-entmax (Ma
 Everything is computed in log space, exactly, with no clamping: the layers
 return finite eos log-probabilities and finite gradients even at ``|logit| = 1e4`` in float32,
 and float64 inputs give float64-accurate outputs. float16 / bfloat16 logits (mixed precision)
-are computed, and returned, in float32.
+are computed, and returned, in float32. Logits are not checked for NaN or ``+inf`` (a pass over
+``[..., T, V]`` in every training step): they propagate to NaN log-probabilities, which the
+decoders of :mod:`nmst_lib.decoding` refuse. The decoding state of ``step`` is checked (one
+reduction over ``[B]``): ST's running ``log(1 - p(eos))`` must be a float <= 0, NMST's step
+count an integer >= 0.
 
 Steps ``t = 1, 2, ...`` count continuation tokens (ARCHITECTURE.md); the functions take them along
 dim -2 of the logits ``[..., T, V]``, the :class:`OutputHead` modules also understand a context

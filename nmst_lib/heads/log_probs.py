@@ -144,6 +144,10 @@ def st_log_probs(logits, eos_id, eps):
     ``log(1 - p(eos))`` is a cumulative sum of ``log1p(-eps) + logsigmoid(z_eos)``,
     ``log p(eos) = log1mexp(log(1 - p(eos)))``. ``eos_id`` in ``[0, V)``, ``eps`` in (0, 1).
     Chapter 4 (04_self_terminating).
+    Logits are not checked for NaN or ``+inf`` (that would be one more pass over ``[..., T, V]``
+    in every training step): NaN propagates to NaN log-probabilities, ``+inf`` among the non-eos
+    logits gives NaN too, and the decoders (:mod:`nmst_lib.decoding`) refuse such rows; a
+    ``-inf`` non-eos logit is a token of probability zero.
     """
     logits = _check_logits(logits, min_dim=2)
     eps = check_eps(eps)
@@ -163,6 +167,10 @@ def nmst_log_probs(logits, eos_id, eps, t=None):
     int >= 0 or a tensor broadcastable to ``logits.shape[:-1]`` (``t = 0``: no lower bound,
     ``p(eos) = sigma(z_eos)``). ``eos_id`` in ``[0, V)``, ``eps`` in (0, 1).
     Chapter 5 (05_nmst).
+    Logits are not checked for NaN or ``+inf`` (that would be one more pass over ``[..., T, V]``
+    in every training step): NaN propagates to NaN log-probabilities, ``+inf`` among the non-eos
+    logits gives NaN too, and the decoders (:mod:`nmst_lib.decoding`) refuse such rows; a
+    ``-inf`` non-eos logit is a token of probability zero.
     """
     logits = _check_logits(logits, min_dim=2 if t is None else 1)
     eps = check_eps(eps)

@@ -68,7 +68,12 @@ def _check_context_mask(context_mask, logits: torch.Tensor):
     return context_mask.to(logits.device)
 
 
-def _check_step_inputs(logits, state) -> torch.Tensor:
+def _check_step_inputs(logits, state, kind: str | None = None) -> torch.Tensor:
+    """Check one decoding step's ``logits [B, V]`` and ``state [B]``; return the logits.
+
+    ``kind`` says what the state holds: ``"log_keep"`` (ST: ``log prod_{s<t} (1 - eps)
+    sigma(z_s)``, a float <= 0), ``"steps"`` (NMST, NMST-entmax: the steps taken so far, an
+    integer >= 0) or None (a dummy, not read). The sign check is one reduction over ``[B]``."""
     logits = _check_logits(logits)
     if logits.dim() != 2:
         raise ValueError(f"step expects the logits of one step, [B, V], got shape {tuple(logits.shape)}")
@@ -77,7 +82,25 @@ def _check_step_inputs(logits, state) -> torch.Tensor:
         raise ValueError(
             f"state must be a tensor [B] = [{logits.shape[0]}] from initial_step_state or step, got {shape}"
         )
+    if kind == "steps":
+        if state.is_floating_point() or state.is_complex() or state.dtype == torch.bool:
+            raise TypeError(f"the state of {_STEP_STATE} must be an integer tensor (from initial_step_state or "
+                            f"step), got dtype {state.dtype}")
+        if bool((state < 0).any()):
+            raise ValueError(f"the state of {_STEP_STATE} must be >= 0 (0 before the first step), got "
+                             f"{int(state.min())}")
+    elif kind == "log_keep":
+        if not state.is_floating_point():
+            raise TypeError(f"the state of ST must be a floating-point tensor of {_LOG_KEEP} (from "
+                            f"initial_step_state or step), got dtype {state.dtype}")
+        if not bool((state <= 0).all()):  # also catches NaN
+            raise ValueError(f"the state of ST is {_LOG_KEEP}, a log-probability: it must be <= 0 and not "
+                             "NaN (0 before the first step)")
     return logits
+
+
+_STEP_STATE = "NMST (and NMST-entmax) counts the steps taken so far: it"
+_LOG_KEEP = "log prod_{s<t} (1 - eps) sigma(z_eos at s)"
 
 
 class OutputHead(nn.Module):
@@ -247,7 +270,7 @@ class STHead(_SelfTerminatingBase):
         return torch.zeros(_check_batch_size(batch_size), device=device)
 
     def step(self, logits, state):
-        logits = _check_step_inputs(logits, state)
+        logits = _check_step_inputs(logits, state, "log_keep")
         eos_id = self.resolve_eos_id(logits.shape[-1])
         _check_eos_vocab(logits, eos_id)
         log1m_eps = self.log1m_eps
@@ -289,7 +312,7 @@ class NMSTHead(_SelfTerminatingBase):
         return torch.zeros(_check_batch_size(batch_size), dtype=torch.long, device=device)
 
     def step(self, logits, state):
-        logits = _check_step_inputs(logits, state)
+        logits = _check_step_inputs(logits, state, "steps")
         eos_id = self.resolve_eos_id(logits.shape[-1])
         _check_eos_vocab(logits, eos_id)
         t = state + 1
@@ -397,7 +420,7 @@ class NMSTEntmaxHead(_SelfTerminatingBase):
         return torch.zeros(_check_batch_size(batch_size), dtype=torch.long, device=device)
 
     def step(self, logits, state):
-        logits = _check_step_inputs(logits, state)
+        logits = _check_step_inputs(logits, state, "steps")
         eos_id = self.resolve_eos_id(logits.shape[-1])
         _check_eos_vocab(logits, eos_id)
         t = state + 1
