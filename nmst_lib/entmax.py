@@ -63,6 +63,8 @@ Conventions shared by every function here:
 * ``-inf`` entries (masked tokens) get probability exactly 0. Every slice along ``dim`` needs at
   least one finite entry: a slice that is all ``-inf``, or that contains ``+inf`` or NaN, raises
   ``ValueError`` (checked with one reduction over the slice maxima).
+* A tensor with no entries (an empty batch, e.g. ``[0, V]``; ``dim`` itself must be non-empty)
+  gives an empty result of the right shape, in z's dtype.
 * No Python loop over rows; the same code runs on CUDA.
 """
 
@@ -145,6 +147,18 @@ def _check_k(k, size: int):
     if k < 1:
         raise ValueError(f"k must be a positive integer (the partial-sort size), got {k}")
     return int(k)
+
+
+def _empty_result(z: torch.Tensor, dim: int, shape: str) -> torch.Tensor:
+    """The result for a ``z`` with no entries (an empty batch, e.g. ``[0, V]``), whose sort-based
+    and Newton thresholds would reduce over nothing: ``shape`` ``"same"`` (probabilities,
+    log-probabilities), ``"keepdim"`` (the threshold) or ``"reduced"`` (the loss), in z's dtype
+    and attached to z's graph (a backward through it gives z an empty gradient)."""
+    if shape == "same":
+        return z * 0
+    if shape == "keepdim":
+        return z.narrow(dim, 0, 1) * 0
+    return z.sum(dim) * 0
 
 
 def _compute_dtype(z: torch.Tensor) -> torch.dtype:
@@ -556,6 +570,8 @@ def sparsemax(z: torch.Tensor, dim: int = -1, k: int | None = None) -> torch.Ten
     """
     dim = _check_scores(z, dim)
     k = _check_k(k, z.shape[dim])
+    if z.numel() == 0:
+        return _empty_result(z, dim, "same")
     return _half_wrap(_SparsemaxFunction.apply, z, dim, k)
 
 
@@ -573,6 +589,8 @@ def entmax15(z: torch.Tensor, dim: int = -1, k: int | None = None) -> torch.Tens
     """
     dim = _check_scores(z, dim)
     k = _check_k(k, z.shape[dim])
+    if z.numel() == 0:
+        return _empty_result(z, dim, "same")
     return _half_wrap(_Entmax15Function.apply, z, dim, k)
 
 
@@ -625,6 +643,8 @@ def entmax_bisect(
         raise ValueError(f"n_iter must be a positive integer, got {n_iter!r}")
     dtype = _compute_dtype(z)
     a, a_shape = _prepare_alpha(alpha, z, dim, dtype)
+    if z.numel() == 0:
+        return _empty_result(z, dim, "same")
     if a_shape is None:
         a_shape = ()
     p = _EntmaxBisectFunction.apply(z.to(dtype), a, dim, int(n_iter), bool(ensure_sum_one), a_shape)
@@ -645,6 +665,8 @@ def entmax(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     a = _check_alpha_number(alpha)
     if a == 1.0:
         return _half_wrap(lambda x: _softmax_checked(x, dim), z)
+    if z.numel() == 0:
+        return _empty_result(z, dim, "same")
     if a == 1.5:
         return entmax15(z, dim)
     if a == 2.0:
@@ -707,6 +729,8 @@ def entmax_threshold(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     if a == 1.0:
         _check_rows(z.amax(dim, keepdim=True).detach())
         return torch.logsumexp(z, dim, keepdim=True)
+    if z.numel() == 0:
+        return _empty_result(z, dim, "keepdim")
     return _half_wrap(_ThresholdFunction.apply, z, a, dim)
 
 
@@ -834,6 +858,8 @@ def entmax_loss(logits: torch.Tensor, target: torch.Tensor, alpha, dim: int = -1
     zy = z.detach().gather(dim, target.unsqueeze(dim))
     if zy.numel() and not bool(torch.isfinite(zy).all()):
         raise ValueError("every target's logit must be finite (a masked, -inf, target has infinite loss)")
+    if z.numel() == 0:
+        return _empty_result(z, dim, "reduced").to(logits.dtype)
     if a == 1.0:
         if exclude is not None:
             z = z.index_fill(dim, torch.tensor([exclude], device=z.device), -math.inf)
@@ -893,4 +919,6 @@ def log_entmax(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     if a == 1.0:
         _check_rows(z.detach().amax(dim, keepdim=True))
         return torch.log_softmax(z, dim)
+    if z.numel() == 0:
+        return _empty_result(z, dim, "same")
     return _half_wrap(_LogEntmaxFunction.apply, z, a, dim)

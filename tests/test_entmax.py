@@ -589,3 +589,29 @@ def test_dense_and_ragged_layouts_give_the_same_threshold(monkeypatch):
         torch.testing.assert_close(dense, ragged, rtol=8 * torch.finfo(dtype).eps, atol=0)
         total = entmax(z.double(), 1.2).sum(-1)
         torch.testing.assert_close(total, torch.ones_like(total), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.3, 1.5, 2.0, 3.0])
+@pytest.mark.parametrize("shape, dim", [((0, 4), -1), ((2, 0, 5), -1), ((5, 0), 0)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_every_entmax_function_returns_an_empty_result_of_the_right_shape_on_an_empty_batch(alpha, shape, dim, dtype):
+    # the sort-based thresholds (alpha = 1.5, 2) took max() over no rows: RuntimeError
+    z = torch.zeros(shape, dtype=dtype, requires_grad=True)
+    kept = list(shape)
+    kept[dim] = 1
+    reduced = [n for i, n in enumerate(shape) if i != dim % len(shape)]
+    target = torch.zeros(reduced, dtype=torch.long)
+    results = [(entmax(z, alpha, dim=dim), shape), (log_entmax(z, alpha, dim=dim), shape),
+               (entmax_threshold(z, alpha, dim=dim), kept), (entmax_loss(z, target, alpha, dim=dim), reduced),
+               (tsallis_entropy(z.detach(), alpha, dim=dim), reduced)]
+    if alpha > 1:
+        results.append((entmax_bisect(z, alpha, dim=dim), shape))
+        results.append((entmax_bisect(z, torch.full(kept, alpha), dim=dim), shape))
+    if alpha in (1.5, 2.0):
+        fn = entmax15 if alpha == 1.5 else sparsemax
+        results += [(fn(z, dim=dim), shape), (fn(z, dim=dim, k=2), shape)]
+    for out, want in results:
+        assert tuple(out.shape) == tuple(want) and out.dtype == dtype
+    # attached to z's graph: a backward gives z an (empty) gradient
+    sum(out.float().sum() for out, _ in results[:4]).backward()
+    assert z.grad is not None and z.grad.shape == z.shape
