@@ -35,6 +35,14 @@ none is, the masked loss costs 0.80 times the vanilla layer's against the shift'
 the mask is written into). Used by :mod:`nmst_lib.heads` for the training loss of every ST and NMST
 model the experiment chapters train (Chapters 6-9); the log-probabilities a model reports for
 decoding and evaluation come from the heads' own computation (Chapter 4's check).
+
+Public here is :func:`non_eos_log_softmax`, which checks its arguments. The loss itself is
+reached through the checked functions of :mod:`nmst_lib.heads`:
+:func:`nmst_lib.heads.nll_token_losses` (given logits) and
+:func:`nmst_lib.heads.projected_nll_token_losses` (the projection inside, Chapter 7). The
+pieces they call (``_fused_nll_forward``, ``_fused_nll_backward`` and the autograd functions
+``_FusedNLL`` and ``_ProjectedFusedNLL``) are private: they take the heads' already checked
+tensors and eos rules and check nothing, so that a training step pays for no check twice.
 """
 
 from __future__ import annotations
@@ -44,7 +52,9 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["non_eos_log_softmax", "fused_nll_forward", "fused_nll_backward", "FusedNLL", "ProjectedFusedNLL"]
+from ._validation import check_index
+
+__all__ = ["non_eos_log_softmax"]
 
 
 def _log_softmax(logits: torch.Tensor, inplace: bool) -> torch.Tensor:
@@ -56,41 +66,65 @@ def _log_softmax(logits: torch.Tensor, inplace: bool) -> torch.Tensor:
 
 def non_eos_log_softmax(logits: torch.Tensor, eos_id: int, inplace: bool = False) -> torch.Tensor:
     """``log q``: the log-softmax of ``logits[..., V]`` over the non-eos tokens, ``-inf`` in the
-    eos column (Choi, Cho, Lee (2023), Defs. 5-6: ``q = softmax_{v != eos}(z)``; Chapter 4).
+    eos column.
 
-    ``inplace``: the logits (owned by the caller, no longer needed, their eos column read
-    already) become ``log q``; otherwise one copy does. Exact on every row, whatever the eos
-    logit (1e4 included): the eos logit never enters the sum."""
+    ``q = softmax_{v != eos}(z)`` is how the ST and NMST layers share ``1 - p(eos)`` among the
+    other tokens, ``p(v) = (1 - p(eos)) q_v`` (Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee
+    (2023), Defs. 5-6, eqs. 9-10; Chapter 4, ``04_self_terminating``, and Chapter 5,
+    ``05_nmst``). ``logits``: a floating-point tensor ``[..., V]`` with ``V >= 2`` (at least one
+    non-eos token); ``eos_id`` an integer id in ``[0, V)``. ``inplace``: the logits (owned by the
+    caller, no longer needed, their eos column read already) become ``log q``; otherwise one
+    copy does. Exact on every row, whatever the eos logit (1e4 included): the eos logit never
+    enters the sum. Logits are not checked for NaN or ``+inf`` (they propagate, as in the heads).
+    """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise TypeError(f"logits must be a floating-point torch.Tensor [..., V], got {got}")
+    if logits.dim() < 1 or logits.shape[-1] < 2:
+        raise ValueError(f"logits must have a last (vocabulary) dim of size >= 2: eos and at least one other "
+                         f"token, got shape {tuple(logits.shape)}")
+    eos_id = check_index(eos_id, logits.shape[-1], "eos_id")
+    if not isinstance(inplace, bool):
+        raise TypeError(f"inplace must be True or False, got {type(inplace).__name__}")
+    return _non_eos_log_softmax(logits, eos_id, inplace)
+
+
+def _non_eos_log_softmax(logits: torch.Tensor, eos_id: int, inplace: bool = False) -> torch.Tensor:
+    """:func:`non_eos_log_softmax` without the checks (the heads' path, arguments checked there)."""
     z = logits if inplace and logits.is_contiguous() else logits.clone(memory_format=torch.contiguous_format)
     z[..., eos_id] = -math.inf
     return _log_softmax(z, inplace=True)
 
 
-def fused_nll_forward(logits, targets, eos_id, eos_rule, rule_inputs, inplace: bool):
-    """``-log p(y_t)`` per position and what the backward needs.
+def _fused_nll_forward(logits, targets, eos_id, eos_rule, rule_inputs, inplace: bool):
+    """``-log p(y_t)`` per position (Choi, Cho, Lee (2023), eq. 3, with the layer of Defs. 5-6 or
+    Def. 1; Chapters 4-7) and what the backward needs. Unchecked: the heads check the logits,
+    the targets and the eos id (:func:`nmst_lib.heads.nll_token_losses`).
 
     ``eos_id is None``: the vanilla layer (``-log softmax(z)_y``). Otherwise the eos rule
     ``eos_rule(eos_logits, *rule_inputs) -> (log p(eos), log(1 - p(eos)))`` of ST or NMST and
     ``log q`` (:func:`non_eos_log_softmax`). ``inplace``: the logits become the saved tensor.
-    Returns ``(losses, saved)``; ``saved`` is a tuple of tensors for :func:`fused_nll_backward`."""
+    Returns ``(losses, saved)``; ``saved`` is a tuple of tensors for ``_fused_nll_backward``."""
     index = targets.unsqueeze(-1)
     if eos_id is None:
         lp = _log_softmax(logits, inplace)
         return -lp.gather(-1, index).squeeze(-1), (lp,)
     eos_logits = logits[..., eos_id].clone()  # before the mask overwrites it (in place)
     log_p_eos, log_keep = eos_rule(eos_logits, *rule_inputs)
-    log_q = non_eos_log_softmax(logits, eos_id, inplace)
+    log_q = _non_eos_log_softmax(logits, eos_id, inplace)
     is_eos = targets == eos_id
     # an eos target gathers -inf from the masked column: replaced by -log p(eos)
     log_p_y = log_q.gather(-1, index).squeeze(-1).add_(log_keep)
     return torch.where(is_eos, -log_p_eos, -log_p_y), (log_q, eos_logits)
 
 
-def fused_nll_backward(saved, targets, eos_id, eos_rule, rule_inputs, grad_losses, need_logits: bool, need_rule,
-                       inplace: bool = True):
-    """Gradient of ``sum_t g_t (-log p(y_t))`` for the logits and for the eos rule's extra inputs
-    (module docstring); written into the saved tensor when ``inplace`` (then the graph cannot be
-    differentiated twice), else into a new tensor (same passes over [..., V], one tensor more)."""
+def _fused_nll_backward(saved, targets, eos_id, eos_rule, rule_inputs, grad_losses, need_logits: bool, need_rule,
+                        inplace: bool = True):
+    """Gradient of ``sum_t g_t (-log p(y_t))`` for the logits and for the eos rule's extra inputs:
+    ``c_t (q_v - [v = y_t])`` for a non-eos logit, ``c_t = g_t [y_t != eos]`` (module docstring;
+    Choi, Cho, Lee (2023), eq. 3 and Defs. 5-6; Chapters 4-7); written into the saved tensor when
+    ``inplace`` (then the graph cannot be differentiated twice), else into a new tensor (same
+    passes over [..., V], one tensor more). Unchecked, as ``_fused_nll_forward``."""
     index = targets.unsqueeze(-1)
     if eos_id is None:
         (lp,) = saved
@@ -121,18 +155,19 @@ def fused_nll_backward(saved, targets, eos_id, eos_rule, rule_inputs, grad_losse
     return grad, [next(grads) if leaf.requires_grad else None for leaf in leaves[1:]]
 
 
-class FusedNLL(torch.autograd.Function):
-    """``-log p(y_t)`` per position for the vanilla (``eos_id is None``), ST and NMST layers,
+class _FusedNLL(torch.autograd.Function):
+    """``-log p(y_t)`` per position (Choi, Cho, Lee (2023), eq. 3) for the vanilla (``eos_id is
+    None``; Def. 1), ST and NMST layers (Defs. 5-6; Chapters 4-7),
     keeping ONE ``[..., V]`` tensor for backward (the log-softmax, over the non-eos logits for ST
     and NMST). With ``inplace_backward`` the backward overwrites it with the gradient of the
     logits (no new ``[..., V]`` tensor; a second backward through the same graph,
     ``retain_graph=True``, is then refused by autograd's in-place check), else it writes a new
-    tensor."""
+    tensor. Unchecked: reached through :func:`nmst_lib.heads.nll_token_losses`."""
 
     @staticmethod
     def forward(ctx, logits, targets, eos_id, eos_rule, inplace_backward, *rule_inputs):
-        """Losses ``-log p(y_t)`` per position (:func:`fused_nll_forward`); saves the log-softmax."""
-        losses, saved = fused_nll_forward(logits, targets, eos_id, eos_rule, rule_inputs, inplace=False)
+        """Losses ``-log p(y_t)`` per position (``_fused_nll_forward``); saves the log-softmax."""
+        losses, saved = _fused_nll_forward(logits, targets, eos_id, eos_rule, rule_inputs, inplace=False)
         ctx.n_saved = len(saved)
         ctx.save_for_backward(*saved, targets, *rule_inputs)
         ctx.eos_id, ctx.eos_rule, ctx.inplace = eos_id, eos_rule, inplace_backward
@@ -141,22 +176,23 @@ class FusedNLL(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_losses):
-        """Gradient of the logits (:func:`fused_nll_backward`), in place when asked."""
+        """Gradient of the logits (``_fused_nll_backward``), in place when asked."""
         tensors = ctx.saved_tensors
         saved, targets, rule_inputs = tensors[:ctx.n_saved], tensors[ctx.n_saved], tensors[ctx.n_saved + 1:]
-        grad, rule_grads = fused_nll_backward(saved, targets, ctx.eos_id, ctx.eos_rule, rule_inputs, grad_losses,
+        grad, rule_grads = _fused_nll_backward(saved, targets, ctx.eos_id, ctx.eos_rule, rule_inputs, grad_losses,
                                               ctx.needs_input_grad[0], ctx.needs_input_grad[5:], ctx.inplace)
         return (grad if ctx.needs_input_grad[0] else None), None, None, None, None, *rule_grads
 
 
-class ProjectedFusedNLL(torch.autograd.Function):
-    """:class:`FusedNLL` with the output projection inside: ``logits = hidden @ weight^T`` is
+class _ProjectedFusedNLL(torch.autograd.Function):
+    """``_FusedNLL`` (Choi, Cho, Lee (2023), eq. 3 and Defs. 1, 5-6) with the output projection inside: ``logits = hidden @ weight^T`` is
     computed here, turned into the log-softmax IN PLACE (nobody else holds it), saved, and
     overwritten by its own gradient in backward, which then gives ``hidden`` and ``weight``
     their gradients (as ``nn.Linear``'s backward would). So a training step holds one
     ``[..., V]`` float32 tensor from forward to backward, never two (Chapter 7, 07_gpt2).
     Under autocast the projection runs in the autocast dtype, as ``nn.Linear`` would, and is
-    upcast to float32 for the head; the backward's two matrix products run in that dtype too."""
+    upcast to float32 for the head; the backward's two matrix products run in that dtype too.
+    Unchecked: reached through :func:`nmst_lib.heads.projected_nll_token_losses`."""
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, eos_id, eos_rule):
@@ -166,7 +202,7 @@ class ProjectedFusedNLL(torch.autograd.Function):
         if logits.dtype != torch.float32:
             logits = logits.float()  # the heads compute in float32 (see heads._check_logits)
         with torch.autocast(device_type=logits.device.type, enabled=False):
-            losses, saved = fused_nll_forward(logits, targets, eos_id, eos_rule, (), inplace=True)
+            losses, saved = _fused_nll_forward(logits, targets, eos_id, eos_rule, (), inplace=True)
         del logits
         ctx.n_saved = len(saved)
         ctx.save_for_backward(hidden, weight, targets, *saved)
@@ -178,7 +214,7 @@ class ProjectedFusedNLL(torch.autograd.Function):
     def backward(ctx, grad_losses):
         """Gradients of ``hidden`` and ``weight`` through the saved log-softmax, overwritten in place."""
         hidden, weight, targets, *saved = ctx.saved_tensors
-        grad, _ = fused_nll_backward(tuple(saved), targets, ctx.eos_id, ctx.eos_rule, (), grad_losses.float(),
+        grad, _ = _fused_nll_backward(tuple(saved), targets, ctx.eos_id, ctx.eos_rule, (), grad_losses.float(),
                                      True, [])
         del saved
         if ctx.mm_dtype != grad.dtype:

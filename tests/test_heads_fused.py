@@ -188,3 +188,30 @@ def test_the_fused_loss_is_the_layers_own_log_probability_bit_for_bit(head, dtyp
     expected = -head(z, MASK).gather(-1, y.unsqueeze(-1)).squeeze(-1)
     assert torch.equal(head.token_losses(z, y, MASK), expected)
     assert torch.equal(head.token_losses(z.clone().requires_grad_(), y, MASK).detach(), expected)
+
+
+def test_non_eos_log_softmax_refuses_bad_logits_eos_ids_and_flags():
+    z = torch.randn(2, 5)
+    for logits, error, words in [([0.1, 0.2], TypeError, "floating-point"),
+                                 (torch.arange(5), TypeError, "floating-point"),
+                                 (torch.zeros(3, 1), ValueError, r"size >= 2"),  # V = 1 gave NaN
+                                 (torch.zeros(()), ValueError, r"size >= 2")]:
+        with pytest.raises(error, match=words):
+            non_eos_log_softmax(logits, 0)
+    for eos_id, error in [(5, ValueError), (-1, ValueError), ([4], TypeError), (1.0, TypeError), (True, TypeError)]:
+        with pytest.raises(error, match="eos_id"):
+            non_eos_log_softmax(z, eos_id)
+    with pytest.raises(TypeError, match="inplace"):
+        non_eos_log_softmax(z, 4, inplace=1)
+    # the checked function gives the heads' unchecked one bit for bit
+    from nmst_lib.fused import _non_eos_log_softmax
+
+    assert torch.equal(non_eos_log_softmax(z, 2), _non_eos_log_softmax(z, 2))
+
+
+def test_fused_module_exports_only_the_checked_function():
+    import nmst_lib.fused as fused
+
+    assert fused.__all__ == ["non_eos_log_softmax"]
+    for name in ("fused_nll_forward", "fused_nll_backward", "FusedNLL", "ProjectedFusedNLL"):
+        assert not hasattr(fused, name)  # private (leading underscore): unchecked, the heads' path

@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from .._validation import check_eps
 from ..entmax import entmax_loss, log_entmax
-from ..fused import FusedNLL, fused_nll_forward, non_eos_log_softmax
+from ..fused import _fused_nll_forward, _FusedNLL, _non_eos_log_softmax
 from .eos_rules import (
     _check_alpha,
     _check_eos_vocab,
@@ -56,7 +56,7 @@ def _assemble_log_probs(logits: torch.Tensor, eos_id: int, log_p_eos: torch.Tens
     log-probability near 0 next to an eos logit of 1e4 (Chapter 4's check). The training loss
     (:mod:`nmst_lib.fused`) takes the same steps, so it equals ``-out[..., y]`` bit for bit.
     """
-    out = non_eos_log_softmax(logits, eos_id)
+    out = _non_eos_log_softmax(logits, eos_id)
     out += log_keep.unsqueeze(-1)
     out[..., eos_id] = log_p_eos
     return out
@@ -122,8 +122,8 @@ def _fused_nll(logits: torch.Tensor, targets: torch.Tensor, eos_id, eos_rule, in
     """``-log p(y_t)`` of the vanilla (``eos_id`` None), ST or NMST layer by :mod:`nmst_lib.fused`:
     one log-softmax pass forward, ``exp`` and a multiply backward, one saved [..., V] tensor."""
     if torch.is_grad_enabled() and logits.requires_grad:
-        return FusedNLL.apply(logits, targets, eos_id, eos_rule, inplace_backward)
-    return fused_nll_forward(logits, targets, eos_id, eos_rule, (), inplace=False)[0]
+        return _FusedNLL.apply(logits, targets, eos_id, eos_rule, inplace_backward)
+    return _fused_nll_forward(logits, targets, eos_id, eos_rule, (), inplace=False)[0]
 
 
 # ----------------------------------------------------------------------------- functional API

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..fused import ProjectedFusedNLL
+from ..fused import _ProjectedFusedNLL
 from .eos_rules import _check_logits, _check_targets
 from .log_probs import _fused_nll
 from .modules import (
@@ -35,7 +35,7 @@ def nll_token_losses(head, logits: torch.Tensor, targets: torch.Tensor,
     For the vanilla, ST and NMST layers (loss ``-log p(y_t)``, Choi, Cho, Lee (2023) eq. 3) the
     forward values are the same, bit for bit, and the gradient is the same function; autograd
     keeps a single ``[..., V]`` tensor (the log-softmax) and the backward reuses its memory
-    instead of allocating a new one (:class:`nmst_lib.fused.FusedNLL` with ``inplace_backward``;
+    instead of allocating a new one (:mod:`nmst_lib.fused`, its ``_FusedNLL`` with ``inplace_backward``;
     a second backward through the same graph is refused). Other heads (entmax, NMST-entmax) and
     calls without gradients go through ``head.token_losses`` unchanged (Chapter 7, 07_gpt2).
     """
@@ -61,7 +61,7 @@ def projected_nll_token_losses(head, hidden: torch.Tensor, weight: torch.Tensor,
 
     ``hidden[..., T, H]`` is the last layer's output, ``weight[V, H]`` the output projection
     (GPT-2's ``lm_head``, tied to the token embedding; no bias). For the vanilla, ST and NMST
-    layers with gradients (:class:`nmst_lib.fused.ProjectedFusedNLL`) the logits are computed inside, become the
+    layers with gradients (:mod:`nmst_lib.fused`, its ``_ProjectedFusedNLL``) the logits are computed inside, become the
     log-probabilities in place and then their own gradient: the values equal the head's own
     loss bit for bit, the gradients to rounding. Otherwise (no gradients, entmax heads) it is
     ``head.token_losses`` of the projected logits (float32).
@@ -86,4 +86,4 @@ def projected_nll_token_losses(head, hidden: torch.Tensor, weight: torch.Tensor,
     else:
         _, eos_id, rule = head._teacher_forcing_rule(probe, context_mask)
     targets = _check_targets(targets, probe)
-    return ProjectedFusedNLL.apply(hidden, weight, targets, eos_id, rule)
+    return _ProjectedFusedNLL.apply(hidden, weight, targets, eos_id, rule)
