@@ -734,6 +734,26 @@ def entmax_threshold(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     return _half_wrap(_ThresholdFunction.apply, z, a, dim)
 
 
+# How far from 1 a distribution may sum, per dtype (summation error of V rounded terms); the
+# tolerances of nmst_lib.metrics.
+_SUM_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 3e-2}
+
+
+def _check_distribution(q: torch.Tensor, dim: int, dtype: torch.dtype) -> None:
+    """``q`` (``p`` in the compute dtype) must be finite, >= 0 and sum to 1 along ``dim``."""
+    if q.numel() == 0:
+        return
+    if not bool(torch.isfinite(q).all()):
+        raise ValueError("p must be finite: a probability distribution along dim (not logits with -inf, no NaN)")
+    if float(q.min()) < 0:
+        raise ValueError(f"p must be >= 0 (a probability distribution along dim), min is {float(q.min())!r}")
+    tol = _SUM_TOLERANCE.get(dtype, 1e-3)
+    worst = float((q.sum(dim) - 1).abs().max())
+    if worst > tol:
+        raise ValueError(f"p must sum to 1 along dim (a probability distribution) within {tol:g} for {dtype}; "
+                         f"the worst slice is off by {worst:.3g}")
+
+
 def tsallis_entropy(p: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     r"""Tsallis alpha-entropy of distributions ``p`` along ``dim`` (Martins et al. 2020, Eq. 4).
 
@@ -741,12 +761,15 @@ def tsallis_entropy(p: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     alpha = 1: Shannon :math:`-\sum_j p_j \log p_j` (natural log, 0 log 0 = 0); alpha = 2: Gini,
     :math:`(1 - \|p\|^2)/2`. Maximised by the uniform distribution on V outcomes, where it equals
     :math:`(1 - V^{1-\alpha})/(\alpha(\alpha-1))` (-> log V as alpha -> 1). Returns shape
-    ``p.shape`` without ``dim``. See Chapter 8 (08_sparse).
+    ``p.shape`` without ``dim``. ``p`` must be a distribution along ``dim``: finite, >= 0 and
+    summing to 1 within a dtype-dependent tolerance (float64 1e-6, float32 1e-3, float16 1e-2,
+    bfloat16 3e-2), else ``ValueError`` (NaN gave -0.0, [3, 4] gave -9). See Chapter 8 (08_sparse).
     """
     dim = _check_scores(p, dim, name="p")
     a = _check_alpha_number(alpha)
     dtype = _compute_dtype(p)
     q = p.to(dtype)
+    _check_distribution(q.detach(), dim, p.dtype)
     if a == 1.0:
         pos = q > 0
         ent = -torch.where(pos, q * torch.log(torch.where(pos, q, torch.ones_like(q))), torch.zeros_like(q)).sum(dim)

@@ -209,6 +209,10 @@ def perplexity(log_probs: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
     ``log_probs`` [..., V] (any float dtype; -inf at impossible tokens is fine), ``targets``
     [...] integer ids, ``mask`` [...] bool (True = scored; e.g. continuation tokens and
     eos, never the context). Accumulated in float64. Chapters 4-6.
+
+    The log-probabilities gathered at the scored targets must be log-probabilities: NaN, or a
+    value above 0 (beyond a rounding tolerance of 1e-4; e.g. probabilities or logits passed by
+    mistake, which would give a perplexity below 1), raises ``ValueError``.
     """
     if not isinstance(log_probs, torch.Tensor) or not log_probs.is_floating_point() or log_probs.dim() < 1:
         raise TypeError("log_probs must be a floating-point tensor of shape [..., V]")
@@ -232,7 +236,20 @@ def perplexity(log_probs: torch.Tensor, targets: torch.Tensor, mask: torch.Tenso
     # A metric, not a loss: no graph is kept (float() of a grad-requiring tensor warns).
     target_lp = log_probs.detach().gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     target_lp = target_lp[mask.to(log_probs.device)].double()
+    not_log_probs = ~(target_lp <= _LOG_PROB_TOLERANCE)  # NaN compares False: caught too
+    if bool(not_log_probs.any()):
+        worst = target_lp[not_log_probs]
+        if bool(worst.isnan().any()):
+            raise ValueError("log_probs is NaN at a scored target: perplexity needs the model's log-probabilities "
+                             "there (finite, or -inf for a token of probability zero)")
+        raise ValueError(f"log_probs must be log-probabilities (<= 0) at the scored targets, got {float(worst.max())!r}: "
+                         "probabilities or logits instead of log p? (a perplexity below 1 would follow)")
     return float(torch.exp(-target_lp.sum() / n))
+
+
+_LOG_PROB_TOLERANCE = 1e-4
+"""How far above 0 a log-probability may be by rounding in :func:`perplexity` (a log-softmax or
+an eos rule is off by a few ulps; probabilities passed by mistake exceed it unless all are tiny)."""
 
 
 # --------------------------------------------------------------------------- sparse-LM metrics

@@ -615,3 +615,24 @@ def test_every_entmax_function_returns_an_empty_result_of_the_right_shape_on_an_
     # attached to z's graph: a backward gives z an (empty) gradient
     sum(out.float().sum() for out, _ in results[:4]).backward()
     assert z.grad is not None and z.grad.shape == z.shape
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.5, 2.0])
+@pytest.mark.parametrize("p, words", [([math.nan, 1.0], "finite"), ([0.5, math.inf], "finite"),
+                                      ([-0.5, 1.5], ">= 0"), ([3.0, 4.0], "sum to 1"), ([0.2, 0.2], "sum to 1")])
+def test_tsallis_entropy_refuses_what_is_not_a_distribution(alpha, p, words):
+    # NaN gave -0.0, [-0.5, 1.5] NaN, [3, 4] -9 at alpha = 2
+    with pytest.raises(ValueError, match=words):
+        tsallis_entropy(torch.tensor(p, dtype=F64), alpha)
+    with pytest.raises(ValueError, match=words):  # along dim 0 of a batch too
+        tsallis_entropy(torch.tensor([p, [0.5, 0.5]], dtype=F64).T, alpha, dim=0)
+
+
+def test_tsallis_entropy_accepts_distributions_within_the_rounding_of_their_dtype():
+    p32 = torch.softmax(torch.randn(64, 4000, generator=torch.Generator().manual_seed(0)), -1)
+    assert float((p32.sum(-1) - 1).abs().max()) > 0  # not exactly 1 in float32
+    ent = tsallis_entropy(p32, 1.5)
+    ref = (p32.double() - p32.double() ** 1.5).sum(-1) / 0.75
+    torch.testing.assert_close(ent.double(), ref, rtol=1e-5, atol=1e-6)
+    half = torch.tensor([0.3, 0.3, 0.4], dtype=torch.float16)
+    assert tsallis_entropy(half, 2.0).item() == pytest.approx((1 - 0.09 - 0.09 - 0.16) / 2, abs=1e-3)

@@ -370,3 +370,21 @@ def test_perplexity_of_grad_requiring_log_probs_is_a_plain_float_without_warning
         value = perplexity(log_probs, targets, mask)
     expected = torch.exp(-log_probs.detach().gather(-1, targets.unsqueeze(-1)).mean()).item()
     assert isinstance(value, float) and abs(value - expected) < 1e-12 * expected
+
+
+def test_perplexity_refuses_probabilities_logits_and_nan_at_scored_targets():
+    probs = torch.tensor([[[0.9, 0.1], [0.3, 0.7]]])
+    targets = torch.tensor([[0, 1]])
+    mask = torch.tensor([[True, True]])
+    with pytest.raises(ValueError, match=r"log-probabilities \(<= 0\).*probabilities or logits"):
+        perplexity(probs, targets, mask)  # was 0.81: exp(-mean p) < 1
+    with pytest.raises(ValueError, match="NaN at a scored target"):
+        perplexity(torch.tensor([[[math.nan, 0.0], [-1.0, -0.5]]]), targets, mask)
+    # NaN or positive values where nothing is scored do not matter, -inf gives inf, and rounding
+    # of a log-probability just above 0 (a few ulps) is accepted
+    lp = torch.tensor([[[-0.5, math.nan], [3.0, -2.0]]])
+    assert perplexity(lp, targets, mask) == pytest.approx(math.exp((0.5 + 2.0) / 2), rel=1e-12)
+    assert perplexity(lp, targets, torch.tensor([[True, False]])) == pytest.approx(math.exp(0.5), rel=1e-12)
+    assert perplexity(torch.tensor([[[-math.inf, 0.0]]]), torch.tensor([[0]]), torch.tensor([[True]])) == math.inf
+    assert perplexity(torch.tensor([[[1e-6, 0.0]]]), torch.tensor([[0]]), torch.tensor([[True]])) == \
+        pytest.approx(math.exp(-1e-6), rel=1e-12)
