@@ -46,12 +46,21 @@ class SequenceData:
     """The continuation-task sequences of one split, stored flat: ``tokens``
     holds every sequence (context, continuation, ``<eos>``) back to back,
     ``offsets[i]``/``lengths[i]`` locate sequence i. ``lengths = line tokens
-    + 1`` (the eos), all > ``context_len + 1``.
+    + 1`` (the eos), all > ``context_len + 1`` when built by
+    :func:`make_sequences`.
 
     Choi, Cho, Lee (2023) Sec. 4.1; ARCHITECTURE.md canonical "sequence"; Chapter 6
     (06_wikitext). ``vocab`` is a :class:`~nmst_lib.data.Vocabulary` or
     another vocabulary with the same parts (GPT-2's
     :class:`~nmst_lib.data.TokenizerVocabulary`, Chapter 7).
+
+    Checked once, at construction (one pass over ``tokens``): ``tokens`` and
+    ``lengths`` are 1-D integer tensors, the lengths add up to the number of
+    tokens (otherwise :func:`make_batch` would read past a sequence's end),
+    every length is > ``context_len`` (a context and at least the eos to
+    score), every token id lies in ``[0, len(vocab))`` and ``line_numbers``
+    (when given) has one entry per sequence; ``ValueError``/``TypeError``
+    otherwise.
     """
 
     def __init__(
@@ -62,6 +71,8 @@ class SequenceData:
         vocab: Vocabulary,
         line_numbers: torch.Tensor | None = None,
     ):
+        context_len = check_positive_int(context_len, "context_len")
+        _check_sequences(tokens, lengths, context_len, vocab, line_numbers)
         self.tokens = tokens
         self.lengths = lengths
         self.offsets = torch.cumsum(lengths, 0) - lengths
@@ -136,6 +147,63 @@ class SequenceData:
             self.context_len,
             self.vocab,
             self.line_numbers[idx],
+        )
+
+
+def _is_integer_tensor(x) -> bool:
+    return (
+        isinstance(x, torch.Tensor)
+        and not x.is_floating_point()
+        and not x.is_complex()
+        and x.dtype != torch.bool
+    )
+
+
+def _check_sequences(tokens, lengths, context_len: int, vocab, line_numbers):
+    """The checks of :class:`SequenceData` (its docstring)."""
+    for name, x in (("tokens", tokens), ("lengths", lengths)):
+        if not _is_integer_tensor(x) or x.dim() != 1:
+            got = (
+                f"dtype {x.dtype}, shape {tuple(x.shape)}"
+                if isinstance(x, torch.Tensor)
+                else type(x).__name__
+            )
+            raise TypeError(
+                f"{name} must be a 1-D integer tensor (e.g. torch.long), "
+                f"got {got}"
+            )
+    total = int(lengths.sum())
+    if total != tokens.numel():
+        raise ValueError(
+            f"the lengths add up to {total} tokens, but tokens holds "
+            f"{tokens.numel()}: they must be equal (the sequences are "
+            "stored back to back)"
+        )
+    if lengths.numel() and int(lengths.min()) <= context_len:
+        raise ValueError(
+            f"every sequence must be longer than context_len = "
+            f"{context_len} (a context and at least the eos to score), "
+            f"got a length of {int(lengths.min())}"
+        )
+    if not hasattr(vocab, "pad_id") or not hasattr(vocab, "__len__"):
+        raise TypeError(
+            "vocab must be a vocabulary (with len() and pad_id, e.g. "
+            f"nmst_lib.data.Vocabulary), got {type(vocab).__name__}"
+        )
+    if tokens.numel():
+        low, high = (int(v) for v in torch.aminmax(tokens))
+        if low < 0 or high >= len(vocab):
+            raise ValueError(
+                f"token ids must lie in [0, {len(vocab)}) for a vocabulary "
+                f"of {len(vocab)}, got range [{low}, {high}]"
+            )
+    if line_numbers is not None and (
+        not _is_integer_tensor(line_numbers)
+        or tuple(line_numbers.shape) != tuple(lengths.shape)
+    ):
+        raise ValueError(
+            "line_numbers must be an integer tensor with one entry per "
+            f"sequence ({lengths.numel()}), or None"
         )
 
 

@@ -34,7 +34,11 @@ def evaluate_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size: in
     """Per-token perplexity exp(mean NLL) over the continuation tokens (eos included, context
     excluded) of ``data`` (Choi, Cho, Lee (2023) Sec. 4, Table 1; as
     :func:`nmst_lib.metrics.perplexity` over the whole split). Runs in eval mode; restores the
-    model's mode afterwards."""
+    model's mode afterwards. ``model``: a language model of :mod:`nmst_lib.models` (with
+    ``token_nll``); ``data``: a :class:`nmst_lib.data.SequenceData` with at least one sequence
+    (TypeError / ValueError otherwise, as for :func:`evaluate_loss` and
+    :func:`evaluate_eps_perplexity`)."""
+    _check_model_and_data(model, data, "token_nll")
     return math.exp(_mean_over_split(model, data, model.token_nll, batch_size, max_tokens))
 
 
@@ -46,6 +50,7 @@ def evaluate_loss(model: RecurrentLM, data: D.SequenceData, batch_size: int = 64
     the va/st/nmst heads, the mean entmax loss (Martins et al. (2020) eq. 5-6) for the entmax
     heads, whose perplexity can be infinite (Chapter 8, 08_sparse). Eval mode; restores the
     model's mode afterwards."""
+    _check_model_and_data(model, data, "token_loss")
     return _mean_over_split(model, data, model.token_loss, batch_size, max_tokens)
 
 
@@ -60,6 +65,7 @@ def evaluate_eps_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size
     restores the model's mode afterwards."""
     from ..metrics import epsilon_perplexity
 
+    _check_model_and_data(model, data, "vocab_size")
     probs = []
 
     def collect(batch):
@@ -72,6 +78,19 @@ def evaluate_eps_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size
     _mean_over_split(model, data, collect, batch_size, max_tokens)
     value, _ = epsilon_perplexity(torch.cat(probs), model.vocab_size)
     return value
+
+
+def _check_model_and_data(model, data, needs: str) -> None:
+    """The arguments of the evaluations: a model of :mod:`nmst_lib.models` (a ``torch.nn.Module``
+    with ``device`` and ``needs``) and a :class:`nmst_lib.data.SequenceData` with a token to score."""
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "device") or not hasattr(model, needs):
+        raise TypeError(f"model must be a language model of nmst_lib.models (RecurrentLM, GPT2LM: a torch.nn.Module "
+                        f"with device and {needs}), got {type(model).__name__}")
+    if not isinstance(data, D.SequenceData):
+        raise TypeError(f"data must be a nmst_lib.data.SequenceData (one split's sequences), got {type(data).__name__}")
+    if data.num_target_tokens == 0:
+        raise ValueError("data has no continuation token to score (no sequence): the mean over the split is "
+                         "undefined")
 
 
 def _mean_over_split(model: RecurrentLM, data: D.SequenceData, summed, batch_size: int,
@@ -90,6 +109,8 @@ def _mean_over_split(model: RecurrentLM, data: D.SequenceData, summed, batch_siz
             count += int(n)
     finally:
         model.train(was_training)
+    if count == 0:
+        raise ValueError("data has no continuation token to score: the mean over the split is undefined")
     return total / count
 
 
