@@ -50,6 +50,14 @@ def _real(value, name: str) -> float:
     return value
 
 
+def _k(k) -> float:
+    """The number of standard errors of a band: a finite number > 0 (2 for about 95 %)."""
+    k = _real(k, "k")
+    if k <= 0:
+        raise ValueError(f"k (the number of standard errors in the band) must be > 0, e.g. 2, got {k}")
+    return k
+
+
 def _text(value, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{name} must be a non-empty string saying what it is, got {value!r}")
@@ -82,6 +90,7 @@ class Band:
         one model against a fixed number). Each needs at least two seeds (else there is no
         spread: use :meth:`floor` and say why); ``ValueError`` otherwise.
         """
+        k = _k(k)
         groups = [np.asarray(g, dtype=float).ravel() for g in (a, b) if g is not None]
         for g in groups:
             if g.size < 2:
@@ -136,6 +145,7 @@ class Band:
         Proposition 6.1 part 3); two independent rates add in quadrature. ``unit`` names what
         was counted (contexts, tokens), for the printed source.
         """
+        k = _k(k)
         var, ns = 0.0, []
         for p, n in ((p_a, n_a), (p_b, n_b)):
             if p is None:
@@ -163,6 +173,7 @@ class Band:
         band; and two seeds that agree by chance never narrow the band below the binomial one.
         ``names`` name the two models in the printed source.
         """
+        k = _k(k)
         groups = []
         names = tuple(names) + ("second",) * (2 - len(tuple(names)))
         for rates, n, name in ((a, n_a, names[0]), (b, n_b, names[1])):
@@ -221,6 +232,7 @@ class Band:
         differ by more than the KS band). With one seed each it is :meth:`ks`. ``names`` name the
         two models in the printed source.
         """
+        k = _k(k)
         groups = []
         for vals, name in ((a, names[0]), (b, names[1])):
             vals = np.asarray(vals, dtype=float).ravel()
@@ -285,6 +297,10 @@ def convergence(result) -> dict:
     ``converged``: True when early stopping fired or the best epoch came before the last one
     (validation had stopped improving), False when training was cut by its epoch limit while the
     last epoch was still the best, i.e. while the model improved.
+
+    A validation value that is not a number, or is NaN (a diverged run: the trainer stops such a
+    run with ``FloatingPointError``, and stored results cannot hold NaN), raises ``ValueError``:
+    NumPy's argmin would take the NaN epoch for the best one and call the run converged.
     """
     try:
         history = list(result["metrics"]["history"])
@@ -293,7 +309,16 @@ def convergence(result) -> dict:
     if not history:
         raise ValueError("metrics.history is empty: no epoch was recorded")
     metric = next((m for m in ("val_ppl", "val_eps_ppl") if history[0].get(m) is not None), "val_loss")
-    values = [float(h[metric]) for h in history]
+    values = []
+    for epoch, h in enumerate(history, start=1):
+        value = h.get(metric) if isinstance(h, dict) else None
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ValueError(f"metrics.history epoch {epoch} has no number for {metric} (got {value!r}); every "
+                             "epoch of a run records the same validation metric")
+        if math.isnan(value):
+            raise ValueError(f"metrics.history epoch {epoch} has {metric} = NaN: the run diverged, and a diverged "
+                             "run has no convergence to report (the trainer stops such runs)")
+        values.append(float(value))
     best = int(np.argmin(values)) + 1
     change = values[-1] - values[-2] if len(values) >= 2 else math.nan
     stopped_early = result["metrics"].get("stopped_early") is True

@@ -307,6 +307,53 @@ def test_a_run_whose_last_epoch_was_best_has_not_converged():
         convergence({"metrics": {}})
 
 
+@pytest.mark.parametrize("values", [[260.0, 200.0, float("nan"), float("nan")], [float("nan")],
+                                    [260.0, float("nan"), 150.0]])
+def test_a_diverged_run_with_a_nan_validation_value_is_refused_not_called_converged(values):
+    # np.argmin took the first NaN epoch for the best one: best_epoch 3 of 4, converged True
+    from nmst_lib.findings import (
+        convergence,
+        convergence_rows,
+        last_epoch_floor,
+    )
+
+    for call in (lambda: convergence(_run(values)), lambda: last_epoch_floor(_run(values)),
+                 lambda: convergence_rows({"m": [_run(values)]})):
+        with pytest.raises(ValueError, match=r"val_ppl = NaN: the run diverged"):
+            call()
+
+
+def test_convergence_refuses_an_epoch_without_a_number_and_keeps_infinite_values():
+    from nmst_lib.findings import convergence
+
+    for bad in (None, "152.0", True):
+        with pytest.raises(ValueError, match=r"epoch 2 has no number for val_ppl"):
+            convergence({"metrics": {"history": [{"val_ppl": 200.0}, {"val_ppl": bad}]}})
+    # an infinite perplexity is a (bad) number: epoch 2 is still the best
+    got = convergence(_run([float("inf"), 300.0, 310.0]))
+    assert got["best_epoch"] == 2 and got["converged"] and got["last_change"] == 10.0
+
+
+@pytest.mark.parametrize("k", [0, -1, -2.0, float("nan"), float("inf")])
+def test_every_band_with_k_standard_errors_refuses_a_k_that_is_not_positive_and_finite(k):
+    # k = 0 gave a zero-width band, ks_over_seeds ignored k = -1, from_seeds and binomial
+    # failed with "half_width must be >= 0"
+    calls = [lambda: Band.from_seeds([1.0, 2.0, 3.0], k=k), lambda: Band.binomial(0.3, 100, k=k),
+             lambda: Band.rates([0.2, 0.3], 100, [0.4], 100, k=k),
+             lambda: Band.ks_over_seeds([0.1], 100, [0.2], 100, k=k),
+             lambda: Band.ks_over_seeds([0.1, 0.3], 100, [0.2], 100, k=k)]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"k .*(must be > 0|must be finite)"):
+            call()
+    with pytest.raises(TypeError, match="k must be a real number"):
+        Band.binomial(0.3, 100, k="2")
+
+
+def test_bands_with_a_valid_k_are_unchanged_by_its_check():
+    assert Band.binomial(0.5, 96, k=2).half_width == pytest.approx(2 * (0.5 * 0.5 / 100) ** 0.5, rel=1e-12)
+    assert Band.from_seeds([1.0, 3.0], k=1).source == "1 s.e. over 2 seeds"
+
+
 def test_the_last_epoch_floor_is_the_largest_change_of_the_unconverged_runs():
     from nmst_lib.findings import convergence_rows, last_epoch_floor
 
