@@ -440,7 +440,8 @@ def epsilon_perplexity(target_probs, vocab_size: int, eps=None) -> tuple[float, 
     entries are scored, in float64), values in [0, 1]; ``vocab_size`` V >= 1.
 
     ``eps`` given (>= 0): that value. eps = 0 gives plain perplexity (``inf`` if some p_t = 0);
-    eps = ``math.inf`` gives the limit V.
+    eps = ``math.inf`` gives the limit V, and so, to rounding, does a finite eps so large that
+    eps V overflows float64 (computed as ``log1p(p / eps) - log(V + 1/eps)`` there).
 
     ``eps=None``: the eps minimising eps-ppl, solved exactly (App. A, without gradient steps).
     With lambda = eps V / (1 + eps V) in [0, 1), (p + eps)/(1 + eps V) = (1 - lambda) p + lambda/V,
@@ -463,6 +464,11 @@ def epsilon_perplexity(target_probs, vocab_size: int, eps=None) -> tuple[float, 
             return float(V), eps
         if eps == 0.0:
             return float(torch.exp(-torch.log(p).mean())), 0.0
+        if math.isinf(eps * V):
+            # eps V overflows float64 (eps > 1.8e308 / V): the same value written as
+            # log((p + eps) / (1 + eps V)) = log1p(p / eps) - log(V + 1 / eps)
+            log_ppl = -(torch.log1p(p / eps).mean() - math.log(V + 1.0 / eps))
+            return float(torch.exp(log_ppl)), eps
         log_ppl = -(torch.log(p + eps).mean() - math.log1p(eps * V))
         return float(torch.exp(log_ppl)), eps
     r = p * V

@@ -136,6 +136,9 @@ def _resolve_parameters(normalisation, a, b, lam) -> tuple[str, float | None, fl
                              f"are divided by tau), got a={a!r}")
         if not b > 0:
             raise ValueError(f"b must be > 0 (tau = (sigma(mu) + a)/b must be positive), got b={b!r}")
+        if not (math.isfinite((1.0 + a) / b) and a / b > 0):
+            raise ValueError(f"the temperature range [a/b, (1 + a)/b] = [{a / b!r}, {(1.0 + a) / b!r}] must be finite "
+                             f"and positive in float64 (got a={a!r}, b={b!r}): a tiny b overflows it")
         return normalisation, a, b, None
     if a is not None or b is not None:
         raise ValueError(f"the {normalisation!r} normalisation takes lam, not a and b (got a={a!r}, b={b!r}); "
@@ -145,6 +148,8 @@ def _resolve_parameters(normalisation, a, b, lam) -> tuple[str, float | None, fl
         lower = "1/lam" if normalisation == "power-tanh" else "lam - 1"
         raise ValueError(f"lam must be > 1 for {normalisation!r} (the range's lower end {lower} must be a positive "
                          f"temperature below the upper end), got lam={lam!r}")
+    if not math.isfinite(lam + 1.0):
+        raise ValueError(f"lam must keep the range's upper end finite in float64, got lam={lam!r}")
     return normalisation, None, None, lam
 
 
@@ -155,7 +160,11 @@ def temperature_range(normalisation, a=None, b=None, lam=None) -> tuple[float, f
     token at most), ``[1/lam, lam]`` for ``"power-tanh"`` and ``[lam - 1, lam + 1]`` for
     ``"shifted-tanh"``. Missing hyper-parameters take :func:`temperature_defaults`.
     Chapter 9 (09_temperature)."""
-    normalisation, a, b, lam = _resolve_parameters(normalisation, a, b, lam)
+    return _range(*_resolve_parameters(normalisation, a, b, lam))
+
+
+def _range(normalisation: str, a, b, lam) -> tuple[float, float]:
+    """:func:`temperature_range` of parameters already resolved."""
     if normalisation in _AB_NORMALISATIONS:
         return a / b, (1.0 + a) / b
     if normalisation == "power-tanh":
@@ -174,7 +183,8 @@ def normalised_temperature(mu, normalisation, a=None, b=None, lam=None) -> torch
     :func:`temperature_range` (up to the rounding of its ends in the tensor's dtype), for any
     finite ``mu`` (``|mu| = 1e4`` included), and is
     bounded below by a positive number, so dividing logits by it is safe without clamping.
-    ``a > 0``, ``b > 0`` (sigmoid, softmax) and ``lam > 1`` (the tanh forms) are checked;
+    ``a > 0``, ``b > 0`` (sigmoid, softmax) and ``lam > 1`` (the tanh forms) are checked, and
+    the range must lie within the normal numbers of ``mu``'s dtype (``b = 1e-310`` gave ``inf``);
     missing values take :func:`temperature_defaults`.
     """
     normalisation, a, b, lam = _resolve_parameters(normalisation, a, b, lam)
@@ -184,6 +194,12 @@ def normalised_temperature(mu, normalisation, a=None, b=None, lam=None) -> torch
         raise TypeError(f"mu must be a floating-point tensor, got {mu.dtype}")
     if mu.dim() < 1:
         raise ValueError("mu must have at least one dim (the vocabulary, last)")
+    lo, hi = _range(normalisation, a, b, lam)
+    info = torch.finfo(mu.dtype)
+    if not (info.tiny <= lo and hi <= info.max):
+        raise ValueError(f"the temperature range [{lo:.3g}, {hi:.3g}] of these parameters does not fit {mu.dtype} "
+                         f"(normal numbers from {info.tiny:.3g} to {info.max:.3g}): the temperatures would overflow "
+                         "to inf or round to 0; use other parameters or a wider dtype")
     if normalisation == "sigmoid":
         return (torch.sigmoid(mu) + a) / b
     if normalisation == "softmax":

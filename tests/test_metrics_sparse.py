@@ -497,3 +497,23 @@ def test_sparse_metrics_run_on_cuda_and_agree_with_the_cpu():
     tgt, pred = torch.randint(0, 30, (3, 200), generator=g), torch.randint(0, 30, (3, 200), generator=g)
     assert rep_wrep(pred.cuda(), tgt.cuda()) == rep_wrep(pred, tgt)
     assert distinct_n(tgt.cuda(), 2) == distinct_n(tgt, 2)
+
+
+@pytest.mark.parametrize("eps", [1e306, 1e307, 1e308, 1.7e308])
+def test_eps_perplexity_with_an_eps_whose_product_with_v_overflows_is_the_uniform_limit(eps):
+    # eps V overflowed float64 and the value came out inf; eq. 9 tends to V as eps grows
+    p = np.array([0.0, 0.1, 0.5, 0.2, 1.0])
+    V = 300
+    value, used = epsilon_perplexity(torch.tensor(p), V, eps=eps)
+    assert used == eps and value == pytest.approx(V, rel=1e-12)
+    # exact in decimal arithmetic: (p + eps) / (1 + eps V) -> 1 / V up to (1 - p V) / (eps V)
+    from decimal import Decimal, localcontext
+
+    with localcontext() as ctx:
+        ctx.prec = 50
+        mean_log = sum(((Decimal(x) + Decimal(eps)) / (1 + Decimal(eps) * V)).ln() for x in p) / len(p)
+        assert value == pytest.approx(float((-mean_log).exp()), rel=1e-14)
+    # below the overflow the formula as printed is kept
+    small = 1e300
+    assert epsilon_perplexity(torch.tensor(p), V, eps=small)[0] == pytest.approx(
+        eps_ppl_by_definition(p, V, small), rel=1e-12)

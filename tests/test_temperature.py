@@ -817,3 +817,24 @@ def test_bad_head_calls_are_rejected():
         head.step(logits, state, hidden=hidden)
     with pytest.raises(ValueError, match="batch_size"):
         head.initial_step_state(-1)
+
+
+@pytest.mark.parametrize("normalisation, kw, dtype", [("sigmoid", {"b": 1e-310}, F64), ("softmax", {"b": 1e-310}, F64),
+                                                       ("sigmoid", {"b": 1e-39}, torch.float32),
+                                                       ("sigmoid", {"a": 1e-50, "b": 1.0}, torch.float32),
+                                                       ("power-tanh", {"lam": 1e39}, torch.float32),
+                                                       ("shifted-tanh", {"lam": 1e39}, torch.float32)])
+def test_normalised_temperature_refuses_parameters_whose_range_leaves_the_dtype(normalisation, kw, dtype):
+    # b = 1e-310 gave inf temperatures (a/b overflows float64); in float32 the range must fit float32
+    with pytest.raises(ValueError, match="temperature range"):
+        normalised_temperature(torch.zeros(2, 5, dtype=dtype), normalisation, **kw)
+    if dtype == torch.float32:  # the same parameters fit float64
+        tau = normalised_temperature(torch.zeros(2, 5, dtype=F64), normalisation, **kw)
+        assert torch.isfinite(tau).all() and (tau > 0).all()
+
+
+def test_a_temperature_module_refuses_a_range_that_overflows_float64():
+    with pytest.raises(ValueError, match="temperature range"):
+        ContextualTemperature(4, 6, 2, "sigmoid", a=1.0, b=1e-310)
+    with pytest.raises(ValueError, match="temperature range"):
+        temperature_range("sigmoid", a=1.0, b=1e-310)

@@ -189,6 +189,18 @@ def test_inconsistent_rnn_rejects_bad_arguments():
         eos_rank_and_prob(model, torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 2, 2, dtype=torch.long))
 
 
+@pytest.mark.parametrize("margin, dtype, words", [(math.inf, torch.float64, "finite number >= 1"),
+                                                   (math.nan, torch.float64, "finite number >= 1"),
+                                                   (1e300, torch.float32, "too large for torch.float32")])
+def test_inconsistent_rnn_refuses_an_eos_margin_that_is_not_finite_in_its_dtype(margin, dtype, words):
+    # eos_margin = inf gave NaN parameters and log-probabilities
+    with pytest.raises(ValueError, match=words):
+        inconsistent_rnn(V, eos_margin=margin, dtype=dtype, device="cpu")
+    big = inconsistent_rnn(V, eos_margin=1e30, dtype=torch.float32, device="cpu")
+    state, log_probs = big.initial_state(_contexts(2))
+    assert not bool(torch.isnan(log_probs).any())
+
+
 def test_inconsistent_rnn_eos_id_can_be_any_token():
     model = inconsistent_rnn(6, eos_id=0, device="cpu")
     gen = decode(model, torch.ones(4, 2, dtype=torch.long), "greedy", max_len=50)

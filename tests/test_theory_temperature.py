@@ -313,3 +313,89 @@ def test_logits_are_checked():
         tempered_entropy(torch.tensor([0.0, -math.inf]), 1.0)
     with pytest.raises(ValueError, match="last dimension"):
         tempered_entropy(torch.tensor(1.0), 1.0)
+
+
+# --------------------------------------------------------------------------- overflow and extreme inputs
+
+
+@pytest.mark.parametrize("z, tau", [(torch.tensor([[1e4, 0.0]], dtype=torch.float16), 0.1),
+                                    (torch.tensor([[1e4, 0.0]], dtype=torch.float32), 1e-36),
+                                    (torch.tensor([[1e4, 0.0]], dtype=torch.float32),
+                                     torch.tensor([[1e-36, 1.0]]))])
+def test_tempered_functions_refuse_logits_over_temperatures_that_overflow_the_dtype(z, tau):
+    # log_softmax of an infinite z / T is NaN: the docstring promised no overflow
+    calls = [tempered_log_softmax, tempered_softmax, tempered_entropy, lambda z, t: tempered_nucleus_size(z, t, 0.9),
+             lambda z, t: tempered_nmst_log_probs(z, t, 1, 0.1, t=1)]  # token 0 is not eos: tempered
+    for call in calls:
+        with pytest.raises(ValueError, match="z / tau overflows"):
+            call(z, tau)
+
+
+def test_entropy_derivative_refuses_a_temperature_whose_cube_underflows():
+    with pytest.raises(ValueError, match="T\\^3 underflows"):
+        entropy_temperature_derivative(torch.tensor([1.0, 0.0]), 1e-20)  # float32: 1e-60 -> 0
+    assert float(entropy_temperature_derivative(torch.tensor([1.0, 0.0], dtype=F64), 1e-20)) == 0.0
+
+
+def test_can_become_argmax_refuses_ratios_that_overflow_the_dtype():
+    with pytest.raises(ValueError, match="z / tau overflows"):
+        can_become_argmax(torch.tensor([6e4, 6.5e4], dtype=torch.float16), 0, 0.5, 1.0)
+
+
+def test_tempered_nmst_ignores_the_eos_temperature_even_when_it_would_overflow():
+    z = torch.tensor([[3.0, 1e4]], dtype=torch.float32)
+    tau = torch.tensor([[1.0, 1e-36]])  # eos (id 1) keeps its raw logit: its ratio is never formed
+    got = tempered_nmst_log_probs(z, tau, 1, 0.1, t=1)
+    assert torch.equal(got, nmst_log_probs(z, 1, 0.1, t=1))
+
+
+def _entropy_ref(z: torch.Tensor, tau) -> torch.Tensor:
+    """Shannon entropy of softmax(z / T) in float64, the naive way after shifting by the max."""
+    r = z.to(F64) / (tau.to(F64) if isinstance(tau, torch.Tensor) else tau)
+    w = torch.exp(r - r.max(-1, keepdim=True).values)
+    p = w / w.sum(-1, keepdim=True)
+    return -torch.where(p > 0, p * torch.log(p), torch.zeros_like(p)).sum(-1)
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.25, 40.0, "per-token"])
+def test_tempered_entropy_at_logits_of_1e4_in_float32_matches_a_float64_reference(tau):
+    g = torch.Generator().manual_seed(5)
+    z = torch.randn(6, 50, generator=g, dtype=F64)
+    z[0, :2] = torch.tensor([1e4, -1e4])
+    z[1] = torch.linspace(-1e4, 1e4, 50, dtype=F64)
+    z[2, :] = 1e4  # all tied: entropy log V
+    z32 = z.float()
+    if tau == "per-token":
+        tau = (0.5 + 3 * torch.rand(6, 50, generator=g)).float()
+    got = tempered_entropy(z32, tau)
+    want = _entropy_ref(z32, tau)
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    torch.testing.assert_close(got.to(F64), want, rtol=1e-5, atol=1e-5)
+    if not isinstance(tau, torch.Tensor):
+        assert float(got[2]) == pytest.approx(math.log(50), rel=1e-6)
+
+
+def test_tempered_nucleus_size_at_logits_of_1e4_in_float32_matches_a_float64_count():
+    z = torch.tensor([[1e4, 1e4 - 1.0, 1e4 - 2.0, -1e4, 0.0],
+                      [1e4, -1e4, -1e4, -1e4, -1e4],
+                      [1e4, 1e4, 1e4, 1e4, 1e4]], dtype=torch.float32)
+    for tau, mu in [(1.0, 0.5), (1.0, 0.9), (1.0, 0.99), (0.5, 0.9), (3.0, 0.9), (1e3, 0.5)]:
+        p = torch.softmax(z.to(F64) / tau, -1)
+        sorted_p = torch.sort(p, -1, descending=True).values
+        before = torch.cumsum(sorted_p, -1) - sorted_p  # mass of the ranks before each one
+        want = (before < mu).sum(-1)
+        assert torch.equal(tempered_nucleus_size(z, tau, mu), want), (tau, mu)
+    assert tempered_nucleus_size(z, 1.0, 0.9)[1] == 1 and tempered_nucleus_size(z, 1.0, 0.9)[2] == 5
+
+
+def test_can_become_argmax_at_logits_of_1e4_in_float32_matches_the_float64_rule():
+    z = torch.tensor([[1e4, 9e3, -1e4, 5e3], [-1e4, -9.9e3, -2e4, -1e4 + 1.0]], dtype=torch.float32)
+    lo, hi = 2.0, 4.0
+    z64 = z.to(F64)
+    best = torch.where(z64 >= 0, z64 / lo, z64 / hi)
+    worst = torch.where(z64 >= 0, z64 / hi, z64 / lo)
+    want = torch.stack([torch.stack([best[r, j] > torch.cat([worst[r, :j], worst[r, j + 1:]]).max()
+                                     for j in range(4)]) for r in range(2)])
+    assert torch.equal(can_become_argmax(z, None, lo, hi), want)
+    # 9e3 > (lo / hi) 1e4 = 5e3: it can overtake; 5e3 is not above 5e3 strictly
+    assert want[0].tolist() == [True, True, False, False]

@@ -205,13 +205,20 @@ def inconsistent_rnn(
         isinstance(eos_margin, bool)
         or not isinstance(eos_margin, (int, float))
         or not eos_margin >= 1
+        or not math.isfinite(eos_margin)
     ):
         raise ValueError(
-            f"eos_margin must be a number >= 1 (the eos logit must stay negative), got {eos_margin!r}"
+            f"eos_margin must be a finite number >= 1 (the eos logit must stay negative), got {eos_margin!r}"
         )
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(
             f"dtype must be a floating-point torch.dtype, got {dtype!r}"
+        )
+    if 3.0 * eos_margin > torch.finfo(dtype).max:
+        # ubar_eos reaches -3 eos_margin / d per entry, the eos logit -3 eos_margin
+        raise ValueError(
+            f"eos_margin = {eos_margin!r} is too large for {dtype}: the eos logit, down to -3 eos_margin, "
+            f"must stay finite (eos_margin <= {torch.finfo(dtype).max / 3:.3g})"
         )
     device = _default_device() if device is None else torch.device(device)
     gen = torch.Generator().manual_seed(int(seed))

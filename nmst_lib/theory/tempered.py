@@ -87,6 +87,19 @@ def _check_temperature(
     return tau.to(device=z.device, dtype=z.dtype)
 
 
+def _divided(z: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """``z / tau``, checked finite: a tiny temperature or a half-precision dtype can overflow it
+    (float16 ``z = 1e4`` at ``T = 0.1``; float32 at ``T = 1e-36``), and the log-softmax of an
+    infinite logit is NaN."""
+    scaled = z / tau
+    if not bool(torch.isfinite(scaled).all()):
+        raise ValueError(
+            f"z / tau overflows {z.dtype} (largest {torch.finfo(z.dtype).max:.3g}): the logits divided by "
+            "the temperatures must be finite; use a wider dtype (float32 or float64) or larger temperatures"
+        )
+    return scaled
+
+
 def _is_global(tau: torch.Tensor) -> bool:
     return tau.dim() == 0 or tau.shape[-1] == 1
 
@@ -98,11 +111,13 @@ def tempered_log_softmax(z, tau) -> torch.Tensor:
     temperature per token (``tau`` of shape ``[..., V]``) it is their eq. 5's output layer,
     ``p_v = exp(z_v / T_v) / sum_w exp(z_w / T_w)`` (Chapter 9, ``09_temperature``). ``tau`` is a
     number, ``[..., 1]`` (one per row) or ``[..., V]``, finite and positive. Computed with
-    ``log_softmax`` (no overflow for large logits or small temperatures).
+    ``log_softmax``, so the exponentials never overflow however large the logits or small the
+    temperatures; ``z / T`` itself must be finite in the dtype (``ValueError`` otherwise, e.g.
+    float16 ``z = 1e4`` at ``T = 0.1``, or float32 at ``T = 1e-36``).
     """
     z = _check_scores(z)
     tau = _check_temperature(tau, z)
-    return torch.log_softmax(z / tau, dim=-1)
+    return torch.log_softmax(_divided(z, tau), dim=-1)
 
 
 def tempered_softmax(z, tau) -> torch.Tensor:
@@ -120,14 +135,15 @@ def tempered_entropy(z, tau) -> torch.Tensor:
     r"""Shannon entropy (nats) of ``softmax(z / T)`` over the last dim, shape ``z.shape[:-1]``.
 
     ``H = log sum_w exp(z_w / T_w) - sum_v p_v z_v / T_v``, computed from ``logsumexp`` (exact
-    for every finite input). Chapter 9 (``09_temperature``), Proposition "A temperature sets the
+    for every input with ``z / T`` finite in the dtype; ``ValueError`` otherwise, as in
+    :func:`tempered_log_softmax`). Chapter 9 (``09_temperature``), Proposition "A temperature sets the
     entropy": for a global ``T`` it is non-decreasing in ``T``
     (:func:`entropy_temperature_derivative`), tends to ``log |argmax set|`` as ``T -> 0`` and to
     ``log V`` as ``T -> inf``.
     """
     z = _check_scores(z)
     tau = _check_temperature(tau, z)
-    scaled = z / tau
+    scaled = _divided(z, tau)
     log_p = torch.log_softmax(scaled, dim=-1)
     return -(log_p.exp() * log_p).sum(dim=-1)
 
@@ -141,6 +157,7 @@ def entropy_temperature_derivative(z, tau) -> torch.Tensor:
     ``dH/dT = Var_p(z) / T^3 >= 0``, zero only when all logits are equal. Only for a global
     temperature (a number or ``[..., 1]``): a per-token temperature has no single derivative
     (ValueError). Shape ``z.shape[:-1]``. Compare with autograd through :func:`tempered_entropy`.
+    ``z / T`` must be finite and ``T^3`` positive in the dtype (``ValueError`` otherwise).
     """
     z = _check_scores(z)
     tau = _check_temperature(tau, z)
@@ -149,11 +166,17 @@ def entropy_temperature_derivative(z, tau) -> torch.Tensor:
             "entropy_temperature_derivative is for one temperature per row (a number or [..., 1]); "
             f"got a per-token temperature of shape {tuple(tau.shape)}"
         )
-    p = torch.softmax(z / tau, dim=-1)
+    p = torch.softmax(_divided(z, tau), dim=-1)
     mean = (p * z).sum(dim=-1, keepdim=True)
     var = (p * (z - mean) ** 2).sum(dim=-1)
     t = tau.squeeze(-1) if tau.dim() > 0 else tau
-    return var / t**3
+    cube = t**3
+    if not bool((cube > 0).all()):
+        raise ValueError(
+            f"T^3 underflows to 0 in {z.dtype} for a temperature of {float(t.min()):.3g}: dH/dT = Var/T^3 "
+            "needs a wider dtype (float64) or a larger temperature"
+        )
+    return var / cube
 
 
 def tempered_nucleus_size(z, tau, mu) -> torch.Tensor:
@@ -222,9 +245,11 @@ def can_become_argmax(z, j, lo, hi) -> torch.Tensor:
     temperature is not invariant to adding a constant to every logit. ``j`` is a token id, or
     ``None`` for a bool mask ``[..., V]`` over every token; otherwise a bool tensor of shape
     ``z.shape[:-1]``. With ``lo == hi`` (a global temperature) only the current argmax can.
+    ``z / lo`` must be finite in the dtype (``ValueError`` otherwise).
     """
     z = _check_scores(z)
     lo, hi = _check_range(lo, hi)
+    _divided(z, lo)  # the largest ratios in absolute value (lo <= hi)
     best = torch.where(z >= 0, z / lo, z / hi)  # the largest z_v / T_v can be
     worst = torch.where(
         z >= 0, z / hi, z / lo
@@ -288,7 +313,8 @@ def tempered_nmst_log_probs(logits, tau, eos_id, eps, t=None) -> torch.Tensor:
     z = _check_scores(logits, "logits")
     tau = _check_temperature(tau, z)
     eos_id = check_index(eos_id, z.shape[-1], "eos_id")
-    tempered = z / tau
     is_eos = torch.zeros(z.shape[-1], dtype=torch.bool, device=z.device)
     is_eos[eos_id] = True
+    # the eos entry keeps its raw logit: only the non-eos ratios must be finite
+    tempered = _divided(z, torch.where(is_eos, torch.ones_like(tau), tau))
     return nmst_log_probs(torch.where(is_eos, z, tempered), eos_id, eps, t)
