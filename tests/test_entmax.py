@@ -636,3 +636,58 @@ def test_tsallis_entropy_accepts_distributions_within_the_rounding_of_their_dtyp
     torch.testing.assert_close(ent.double(), ref, rtol=1e-5, atol=1e-6)
     half = torch.tensor([0.3, 0.3, 0.4], dtype=torch.float16)
     assert tsallis_entropy(half, 2.0).item() == pytest.approx((1 - 0.09 - 0.09 - 0.16) / 2, abs=1e-3)
+
+
+def _bisection_entmax_f64(z: torch.Tensor, alpha: float):
+    """(p, u) of alpha-entmax on the rows of ``z``, in float64 from the definition (Martins et al.
+    2020, eq. 3 and its KKT form): u = [(alpha - 1) z - tau]_+ with tau found by 200 halvings of
+    [(alpha - 1) max z - 1, (alpha - 1) max z], the bracket where sum_j u_j^(1/(alpha-1)) crosses 1."""
+    x = (alpha - 1.0) * z.to(F64)
+    hi = x.max(-1, keepdim=True).values
+    lo = hi - 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        above = (x - mid).clamp(min=0).pow(1.0 / (alpha - 1.0)).sum(-1, keepdim=True) >= 1
+        lo, hi = torch.where(above, mid, lo), torch.where(above, hi, mid)
+    u = (x - lo).clamp(min=0)
+    return u.pow(1.0 / (alpha - 1.0)), u
+
+
+def _logits_1e4(seed: int) -> torch.Tensor:
+    """float32 rows with entries at +-1e4 and a few within 2 of the maximum (supports of several tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    z = -1e4 + 2e4 * torch.rand(5, 40, generator=g)
+    z[:, :6] = 1e4 - 2 * torch.rand(5, 6, generator=g)  # near the top: the support
+    z[0, 10:] = -1e4
+    z[1, 0] = 1e4
+    z[2, :6] = 1e4  # six tied at the top
+    return z.float()
+
+
+@pytest.mark.parametrize("alpha", [1.3, 1.5, 2.0])
+def test_log_entmax_at_logits_of_1e4_in_float32_matches_a_float64_bisection(alpha):
+    z = _logits_1e4(0)
+    p, u = _bisection_entmax_f64(z, alpha)
+    got = log_entmax(z, alpha)
+    assert got.dtype == torch.float32 and not got.isnan().any()
+    support = p > 1e-4  # entries well inside the support (u is not near the threshold)
+    assert torch.equal(torch.isfinite(got), p > 0)
+    torch.testing.assert_close(got.to(F64)[support], p.log()[support], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(got.exp().sum(-1).to(F64), torch.ones(5, dtype=F64), rtol=0, atol=1e-5)
+    assert torch.allclose(got[2, :6].exp(), torch.full((6,), 1 / 6), atol=1e-6)  # the tie: uniform
+
+
+@pytest.mark.parametrize("alpha", [1.3, 1.5, 2.0])
+def test_entmax_loss_at_logits_of_1e4_in_float32_matches_the_fenchel_young_loss_in_float64(alpha):
+    # Martins et al. (2020), eq. 6: (p - e_y) . z + H_alpha(p), p from the float64 bisection
+    z = _logits_1e4(1)
+    y = torch.tensor([12, 3, 20, 39, 1])  # row 0: at -1e4; rows 1, 4: near the top; rows 2, 3: anywhere
+    p, _ = _bisection_entmax_f64(z, alpha)
+    z64 = z.to(F64)
+    onehot = F.one_hot(y, 40).to(F64)
+    tsallis = (p - p.pow(alpha)).sum(-1) / (alpha * (alpha - 1.0))
+    want = ((p - onehot) * z64).sum(-1) + tsallis
+    got = entmax_loss(z, y, alpha)
+    assert got.dtype == torch.float32 and (got >= 0).all()
+    torch.testing.assert_close(got.to(F64), want, rtol=1e-5, atol=2e-3)  # 2e-3: float32 ulps of 1e4
+    assert float(got[0]) > 1.9e4  # a target at -1e4 costs about the gap to the top, 2e4

@@ -648,3 +648,78 @@ def test_head_from_name_rejects_unknown_names_and_missing_or_extra_eps():
         head_from_name("nmst")
     with pytest.raises(ValueError, match="no eps"):
         head_from_name("vanilla", eps=1e-4)
+
+
+# ------------------------------------------- the eos rules and the vanilla layer at |logit| = 1e4 in float32
+
+
+def _eos_logits_1e4(seed: int) -> torch.Tensor:
+    """float32 eos logits [3, 20]: saturated rows (+1e4, -1e4), a row that alternates, and ordinary values."""
+    g = torch.Generator().manual_seed(seed)
+    z = 5 * torch.randn(3, 20, generator=g)
+    z[0, :10] = 1e4
+    z[1, 5:] = -1e4
+    z[2, ::2] = 1e4
+    z[2, 1::4] = -1e4
+    return z.float()
+
+
+def _ln(x: Decimal) -> float:
+    return float(x.ln()) if x > 0 else -math.inf
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-3])
+def test_st_eos_log_probs_at_logits_of_1e4_in_float32_match_the_running_product_in_50_digits(eps):
+    # Welleck et al. (2020), Def. 4.3; Choi, Cho, Lee (2023), eq. 9:
+    # 1 - p(eos at t) = prod_{s <= t} (1 - eps) sigma(z_s)
+    getcontext().prec = 50
+    z = _eos_logits_1e4(1)
+    log_p, log_keep = st_eos_log_probs(z, eps)
+    assert log_p.dtype == torch.float32 and torch.isfinite(log_keep).all() and not log_p.isnan().any()
+    want_p, want_keep = torch.empty(z.shape, dtype=F64), torch.empty(z.shape, dtype=F64)
+    for b in range(z.shape[0]):
+        keep = Decimal(1)
+        for t in range(z.shape[1]):
+            keep *= (1 - Decimal(eps)) * _sigmoid(float(z[b, t]))
+            want_keep[b, t], want_p[b, t] = _ln(keep), _ln(1 - keep)
+    torch.testing.assert_close(log_keep.to(F64), want_keep, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(log_p.to(F64), want_p, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-3])
+def test_nmst_eos_log_probs_at_logits_of_1e4_in_float32_match_eq_10_in_50_digits(eps):
+    # Choi, Cho, Lee (2023), eq. 10: p(eos at t) = sigma(z) + (1 - sigma(z)) (1 - (1 - eps)^t)
+    getcontext().prec = 50
+    z = _eos_logits_1e4(2)
+    for t in (None, 0, 7, torch.full((3, 20), 10**6)):
+        log_p, log_keep = nmst_eos_log_probs(z, eps, t)
+        assert not log_p.isnan().any() and not log_keep.isnan().any()
+        want_p, want_keep = torch.empty(z.shape, dtype=F64), torch.empty(z.shape, dtype=F64)
+        for b in range(z.shape[0]):
+            for s in range(z.shape[1]):
+                step = s + 1 if t is None else int(t if isinstance(t, int) else t[b, s])
+                sig = _sigmoid(float(z[b, s]))
+                one_minus_sig = 1 / (1 + Decimal(float(z[b, s])).exp())  # not 1 - sig: 0 at z = 1e4
+                keep = one_minus_sig * (1 - Decimal(eps)) ** step  # 1 - p(eos)
+                want_p[b, s], want_keep[b, s] = _ln(sig + one_minus_sig * (1 - (1 - Decimal(eps)) ** step)), _ln(keep)
+        torch.testing.assert_close(log_keep.to(F64), want_keep, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(log_p.to(F64), want_p, rtol=1e-5, atol=1e-5)
+
+
+def test_vanilla_log_probs_at_logits_of_1e4_in_float32_match_a_float64_log_softmax_written_out():
+    g = torch.Generator().manual_seed(4)
+    z = (3 * torch.randn(4, 30, generator=g)).float()
+    z[0, 3], z[0, 7] = 1e4, -1e4
+    z[1] = -1e4
+    z[1, 0] = -1e4 + 0.5
+    z[2, ::3] = 1e4
+    z[3, :] = torch.linspace(-1e4, 1e4, 30)
+    got = vanilla_log_probs(z)
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    want = torch.empty(z.shape, dtype=F64)
+    for r, row in enumerate(z.tolist()):  # the float32 values, exactly, in float64
+        top = max(row)
+        log_norm = top + math.log(math.fsum(math.exp(x - top) for x in row))
+        want[r] = torch.tensor([x - log_norm for x in row], dtype=F64)
+    torch.testing.assert_close(got.to(F64), want, rtol=1e-6, atol=1e-5)
+    assert float(got[0, 3]) == 0.0 and float(got[0, 7]) == -2e4
