@@ -13,6 +13,9 @@ answers come from the same code.
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 import torch
 
@@ -97,8 +100,11 @@ def random_markov_lm(
     Drawn with ``generator`` only, so the same seed gives the same table.
     """
     vocab_size = check_positive_int(vocab_size, "vocab_size", minimum=2)
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
+        raise TypeError(f"temperature must be a real number > 0, got {type(temperature).__name__}")
+    temperature = float(temperature)
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     logits = torch.randn(vocab_size, vocab_size, generator=generator, dtype=dtype) / temperature
     return MarkovLM(torch.log_softmax(logits, dim=-1), eos_id=eos_id)
 

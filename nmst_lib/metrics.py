@@ -60,10 +60,23 @@ def _generation_fields(generation):
     tokens = generation.tokens
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
         raise ValueError("generation.tokens must be an integer tensor of shape [B, max_len]")
-    max_len = int(generation.max_len)
+    max_len = _integer_field(generation.max_len, "generation.max_len")
+    if max_len < 1:
+        raise ValueError(f"generation.max_len must be >= 1 (a step limit), got {max_len}")
     if tokens.shape[1] > max_len:
         raise ValueError(f"generation.tokens has {tokens.shape[1]} columns, more than max_len = {max_len}")
-    return tokens, max_len, int(generation.eos_id)
+    return tokens, max_len, _integer_field(generation.eos_id, "generation.eos_id")
+
+
+def _integer_field(value, name: str) -> int:
+    """An integer field of a Generation (a Python or NumPy integer, or a 0-d integer tensor), as
+    ``int``: a float such as 10.7 was silently truncated."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point() \
+            and value.dtype != torch.bool:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    return int(value)
 
 
 def first_eos_steps(generation) -> torch.Tensor:
@@ -78,6 +91,8 @@ def first_eos_steps(generation) -> torch.Tensor:
     Returns a LongTensor [B] on the tokens' device (Chapter 2, ``02_consistency``).
     """
     tokens, max_len, eos_id = _generation_fields(generation)
+    if tokens.shape[1] == 0:  # no token decoded: no row has an eos
+        return torch.full((tokens.shape[0],), max_len + 1, dtype=torch.long, device=tokens.device)
     is_eos = tokens == eos_id
     has_eos = is_eos.any(dim=1)
     first = is_eos.long().argmax(dim=1) + 1  # argmax returns the first maximum
@@ -624,12 +639,23 @@ def _flat_sequences(sequences, lengths, include_eos: bool):
         raise ValueError("lengths is only for a [B, T] tensor of token ids")
     if isinstance(sequences, (str, bytes)) or not hasattr(sequences, "__iter__"):
         raise TypeError("sequences must be a list of token-id lists, a [B, T] LongTensor (with lengths) or a Generation")
-    seqs = [torch.as_tensor(s, dtype=torch.long).reshape(-1) if not isinstance(s, torch.Tensor)
+    seqs = [_token_list(s) if not isinstance(s, torch.Tensor)
             else _check_token_tensor(s.reshape(1, -1), "each sequence").reshape(-1).cpu() for s in sequences]
     if not seqs:
         return torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long)
     sizes = torch.tensor([s.numel() for s in seqs], dtype=torch.long)
     return torch.cat(seqs), torch.repeat_interleave(torch.arange(len(seqs)), sizes)
+
+
+def _token_list(s) -> torch.Tensor:
+    """One sequence given as a list (or array) of token ids, as a LongTensor: integers only (a float
+    id such as 1.5 was truncated to 1)."""
+    t = torch.as_tensor(s)
+    if t.numel() == 0:
+        return torch.empty(0, dtype=torch.long)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"each sequence must hold integer token ids, got {t.dtype} values")
+    return t.to(torch.long).reshape(-1)
 
 
 def distinct_n(sequences, n: int, lengths: torch.Tensor | None = None, include_eos: bool = False,

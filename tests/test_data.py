@@ -367,3 +367,14 @@ def test_the_package_reexports_every_public_name_of_its_modules():
         names |= set(module.__all__)
         assert all(getattr(D, n) is getattr(module, n) for n in module.__all__), info.name
     assert len(D.__all__) == len(set(D.__all__)) and set(D.__all__) == names
+
+
+def test_bucket_batches_refuses_lengths_that_are_not_an_integer_tensor_and_a_bucket_factor_below_one():
+    with pytest.raises(TypeError, match="lengths must be a 1-D integer tensor"):
+        D.bucket_batches([12, 13, 14], 2)  # an AttributeError before
+    with pytest.raises(TypeError, match="lengths must be a 1-D integer tensor"):
+        D.bucket_batches(torch.tensor([12.0, 13.0]), 2)
+    for bad, error in ((0, ValueError), (-3, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match="bucket_factor"):
+            D.bucket_batches(torch.tensor([12, 13, 14]), 2, shuffle=True, generator=torch.Generator(),
+                             bucket_factor=bad)

@@ -261,3 +261,15 @@ def test_exact_functions_reject_bad_arguments():
         absorption_probabilities(torch.ones(3, 3), 2)
     with pytest.raises(ValueError, match="square"):
         expected_lengths(torch.ones(3, 2) / 2, 1)
+
+
+def test_random_markov_lm_takes_any_real_temperature_and_refuses_bools_and_infinity():
+    g = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    for bad, error in ((True, TypeError), ("2", TypeError), (math.inf, ValueError), (math.nan, ValueError),
+                       (0.0, ValueError), (-1.0, ValueError)):
+        with pytest.raises(error, match="temperature"):
+            random_markov_lm(4, temperature=bad, generator=g())
+    # numpy floats are real numbers (np.float32(2.0) was refused), with the same table as 2.0 and 2
+    want = random_markov_lm(4, temperature=2.0, generator=g()).transition_log_probs
+    for same in (np.float32(2.0), np.float64(2.0), 2):
+        assert torch.equal(random_markov_lm(4, temperature=same, generator=g()).transition_log_probs, want)

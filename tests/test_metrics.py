@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -388,3 +389,18 @@ def test_perplexity_refuses_probabilities_logits_and_nan_at_scored_targets():
     assert perplexity(torch.tensor([[[-math.inf, 0.0]]]), torch.tensor([[0]]), torch.tensor([[True]])) == math.inf
     assert perplexity(torch.tensor([[[1e-6, 0.0]]]), torch.tensor([[0]]), torch.tensor([[True]])) == \
         pytest.approx(math.exp(-1e-6), rel=1e-12)
+
+
+def test_first_eos_steps_of_a_generation_with_no_column_is_never_and_integer_fields_are_checked():
+    empty = Generation(tokens=torch.zeros(3, 0, dtype=torch.long), lengths=torch.zeros(3, dtype=torch.long),
+                       terminated=torch.zeros(3, dtype=torch.bool), max_len=5, eos_id=EOS, method="greedy",
+                       scores=torch.zeros(3))
+    assert first_eos_steps(empty).tolist() == [6, 6, 6]  # was an IndexError from argmax
+    gen = _generation([[1, EOS], [EOS]], 4)
+    for field, value in (("max_len", 4.7), ("eos_id", 4.0), ("max_len", True), ("eos_id", "4")):
+        bad = dataclasses.replace(gen, **{field: value})
+        with pytest.raises(TypeError, match=f"generation.{field} must be an integer"):
+            first_eos_steps(bad)  # 4.7 was silently truncated to 4
+    assert first_eos_steps(dataclasses.replace(gen, max_len=np.int64(4))).tolist() == [2, 1]
+    with pytest.raises(ValueError, match="max_len must be >= 1"):
+        first_eos_steps(dataclasses.replace(gen, tokens=gen.tokens[:, :0], max_len=0))

@@ -517,3 +517,11 @@ def test_eps_perplexity_with_an_eps_whose_product_with_v_overflows_is_the_unifor
     small = 1e300
     assert epsilon_perplexity(torch.tensor(p), V, eps=small)[0] == pytest.approx(
         eps_ppl_by_definition(p, V, small), rel=1e-12)
+
+
+def test_distinct_n_refuses_float_token_ids_in_lists_instead_of_truncating_them():
+    with pytest.raises(TypeError, match="integer token ids"):
+        distinct_n([[1.5, 2.7, 3.0]], 1)  # counted as [1, 2, 3] before
+    with pytest.raises(TypeError, match="integer token ids"):
+        distinct_n([[True, False]], 1)
+    assert distinct_n([[1, 2, 3], [], np.array([1, 2])], 1) == distinct_n([[1, 2, 3], [1, 2]], 1)

@@ -521,3 +521,18 @@ def test_remark1_helpers_reject_bad_input():
         data.encode(["cat"])
     with pytest.raises(ValueError, match="eos_probs"):
         monotone_violation(torch.tensor(0.5))
+
+
+def test_optimal_eos_probs_refuses_a_path_that_is_not_a_1d_integer_tensor():
+    data = remark1_dataset()
+    for bad in ([1, 2], torch.tensor([1.0, 2.0]), torch.tensor([[1, 2]]), torch.tensor([], dtype=torch.long)):
+        with pytest.raises(TypeError, match="path must be a non-empty 1-D integer tensor"):
+            optimal_eos_probs(data, bad)  # a list was an AttributeError
+    assert optimal_eos_probs(data, data.longest()).tolist() == optimal_eos_probs(data).tolist()
+
+
+def test_eos_probabilities_refuse_an_empty_trajectory():
+    from nmst_lib.theory import eos_probabilities
+
+    with pytest.raises(ValueError, match="eos_logits is empty"):
+        eos_probabilities(torch.zeros(0, dtype=torch.float64), 0.1)  # IndexError before

@@ -330,9 +330,15 @@ def bucket_batches(
     ``max_tokens`` padded tokens (a longer single sequence gets a batch of
     its own). With ``shuffle`` the batch order is shuffled too.
     """
+    if not _is_integer_tensor(lengths) or lengths.dim() != 1:
+        raise TypeError(
+            "lengths must be a 1-D integer tensor of sequence lengths (e.g. "
+            f"data.lengths), got {type(lengths).__name__}"
+        )
     batch_size = check_positive_int(batch_size, "batch_size")
     if max_tokens is not None:
         max_tokens = check_positive_int(max_tokens, "max_tokens")
+    bucket_factor = check_positive_int(bucket_factor, "bucket_factor")
     n = int(lengths.numel())
     order = (
         torch.randperm(n, generator=generator) if shuffle else torch.arange(n)

@@ -209,6 +209,8 @@ def eos_probabilities(
             "eos_logits must be a 1-D floating-point torch.Tensor [T] "
             "(entry t-1 is step t)"
         )
+    if eos_logits.shape[0] == 0:
+        raise ValueError("eos_logits is empty: a trajectory needs at least one step")
     heads = _check_heads(heads)
     z = eos_logits.to(torch.float64)
     steps = _check_trajectory_steps(steps, z.shape[0], z.device)

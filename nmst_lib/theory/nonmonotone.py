@@ -84,7 +84,14 @@ class RemarkOneDataset:
         objective (Choi et al. 2023, eq. 3) restricted to eos decisions along the path is
         ``sum_t stop_t log p_t + go_t log(1 - p_t)``.
         """
-        path = self.longest() if path is None else path
+        if path is None:
+            path = self.longest()
+        elif (not isinstance(path, torch.Tensor) or path.dim() != 1 or path.numel() == 0
+              or path.is_floating_point() or path.is_complex() or path.dtype == torch.bool):
+            got = (f"dtype {path.dtype}, shape {tuple(path.shape)}" if isinstance(path, torch.Tensor)
+                   else type(path).__name__)
+            raise TypeError(f"path must be a non-empty 1-D integer tensor of token ids (e.g. dataset.longest()), "
+                            f"got {got}")
         data = self.token_ids()
         weights = torch.tensor(self.counts, dtype=torch.float64)
         steps = path.shape[0]
