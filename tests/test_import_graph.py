@@ -1,6 +1,6 @@
 """The library's modules import each other one way (ARCHITECTURE.md: data flows
 one way): no import cycle, and the low layers import nothing of the
-experiments, the classroom kit or the command line.
+experiments, a chapter's set-up, the classroom kit or the command line.
 
 The graph is read from the source with ``ast`` (every ``import`` and
 ``from ... import``, also those inside functions, which Python runs late
@@ -16,8 +16,10 @@ from pathlib import Path
 import nmst_lib
 
 PACKAGE = Path(nmst_lib.__file__).resolve().parent
-UPPER = ("nmst_lib.experiments", "nmst_lib.classroom", "nmst_lib.__main__")
-"""The layers on top: they may import everything below them."""
+UPPER = ("nmst_lib.experiments", "nmst_lib.notebook", "nmst_lib.classroom", "nmst_lib.__main__")
+"""The layers on top (ARCHITECTURE.md's layers 4-6): they may import everything below them.
+``nmst_lib.notebook``, a chapter's set-up, prints the code version the experiments stamp results
+with, so it sits beside the classroom kit, above the experiments."""
 
 
 def module_name(path: Path) -> str:
