@@ -10,7 +10,7 @@ other token ``v``
 (:func:`non_eos_log_softmax`): exact on every row, whatever the eos logit, since the eos logit
 never enters it. The eos logit itself only feeds the small (``[..., T]``) eos rule, which is read
 (and cloned) before the mask is written. Where the logits are ours (the projection of
-:class:`ProjectedFusedNLL` computes them inside) the mask and the log-softmax are written in
+:func:`nmst_lib.heads.projected_nll_token_losses` computes them inside) the mask and the log-softmax are written in
 place; otherwise into one copy (the tensor an out-of-place log-softmax would allocate; writing
 it is one more pass). These are the steps the heads' own log-probabilities take, so the loss is
 ``-log p(y_t)`` of :meth:`nmst_lib.heads.OutputHead.forward` bit for bit.
