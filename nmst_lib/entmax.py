@@ -149,18 +149,6 @@ def _check_k(k, size: int):
     return int(k)
 
 
-def _empty_result(z: torch.Tensor, dim: int, shape: str) -> torch.Tensor:
-    """The result for a ``z`` with no entries (an empty batch, e.g. ``[0, V]``), whose sort-based
-    and Newton thresholds would reduce over nothing: ``shape`` ``"same"`` (probabilities,
-    log-probabilities), ``"keepdim"`` (the threshold) or ``"reduced"`` (the loss), in z's dtype
-    and attached to z's graph (a backward through it gives z an empty gradient)."""
-    if shape == "same":
-        return z * 0
-    if shape == "keepdim":
-        return z.narrow(dim, 0, 1) * 0
-    return z.sum(dim) * 0
-
-
 def _compute_dtype(z: torch.Tensor) -> torch.dtype:
     return z.dtype if z.dtype in (torch.float32, torch.float64) else torch.float32
 
@@ -220,7 +208,8 @@ def _sort_threshold(X: torch.Tensor, dim: int, alpha: float, k):
     """
     V = X.shape[dim]
     if k is None:
-        m = int((X >= -1.0).sum(dim).max()) + 1  # +1: one non-candidate, so a full support is detectable
+        # +1: one non-candidate, so a full support is detectable; an empty batch sorts everything (nothing)
+        m = int((X >= -1.0).sum(dim).max()) + 1 if X.numel() else V
         k = m if m <= _AUTO_TOPK_FRACTION * V else V
     if k >= V:
         return _sorted_threshold(_sort_descending(X, dim), dim, alpha)
@@ -250,7 +239,7 @@ def _bisect_threshold(X: torch.Tensor, alpha, dim: int, n_iter: int) -> torch.Te
     Returns the lower end of the final bracket (where f >= 0).
     """
     V = X.shape[dim]
-    m = int((X > -1.0).sum(dim).max())
+    m = int((X > -1.0).sum(dim).max()) if X.numel() else V  # an empty batch: nothing to narrow down
     Xc = torch.topk(X, m, dim=dim, sorted=False).values if m <= _AUTO_TOPK_FRACTION * V else X
     inv = 1.0 / (alpha - 1.0)
     lo = torch.full_like(Xc.narrow(dim, 0, 1), -1.0)
@@ -570,8 +559,6 @@ def sparsemax(z: torch.Tensor, dim: int = -1, k: int | None = None) -> torch.Ten
     """
     dim = _check_scores(z, dim)
     k = _check_k(k, z.shape[dim])
-    if z.numel() == 0:
-        return _empty_result(z, dim, "same")
     return _half_wrap(_SparsemaxFunction.apply, z, dim, k)
 
 
@@ -589,8 +576,6 @@ def entmax15(z: torch.Tensor, dim: int = -1, k: int | None = None) -> torch.Tens
     """
     dim = _check_scores(z, dim)
     k = _check_k(k, z.shape[dim])
-    if z.numel() == 0:
-        return _empty_result(z, dim, "same")
     return _half_wrap(_Entmax15Function.apply, z, dim, k)
 
 
@@ -643,8 +628,6 @@ def entmax_bisect(
         raise ValueError(f"n_iter must be a positive integer, got {n_iter!r}")
     dtype = _compute_dtype(z)
     a, a_shape = _prepare_alpha(alpha, z, dim, dtype)
-    if z.numel() == 0:
-        return _empty_result(z, dim, "same")
     if a_shape is None:
         a_shape = ()
     p = _EntmaxBisectFunction.apply(z.to(dtype), a, dim, int(n_iter), bool(ensure_sum_one), a_shape)
@@ -665,8 +648,6 @@ def entmax(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     a = _check_alpha_number(alpha)
     if a == 1.0:
         return _half_wrap(lambda x: _softmax_checked(x, dim), z)
-    if z.numel() == 0:
-        return _empty_result(z, dim, "same")
     if a == 1.5:
         return entmax15(z, dim)
     if a == 2.0:
@@ -729,8 +710,6 @@ def entmax_threshold(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     if a == 1.0:
         _check_rows(z.amax(dim, keepdim=True).detach())
         return torch.logsumexp(z, dim, keepdim=True)
-    if z.numel() == 0:
-        return _empty_result(z, dim, "keepdim")
     return _half_wrap(_ThresholdFunction.apply, z, a, dim)
 
 
@@ -881,8 +860,6 @@ def entmax_loss(logits: torch.Tensor, target: torch.Tensor, alpha, dim: int = -1
     zy = z.detach().gather(dim, target.unsqueeze(dim))
     if zy.numel() and not bool(torch.isfinite(zy).all()):
         raise ValueError("every target's logit must be finite (a masked, -inf, target has infinite loss)")
-    if z.numel() == 0:
-        return _empty_result(z, dim, "reduced").to(logits.dtype)
     if a == 1.0:
         if exclude is not None:
             z = z.index_fill(dim, torch.tensor([exclude], device=z.device), -math.inf)
@@ -942,6 +919,4 @@ def log_entmax(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
     if a == 1.0:
         _check_rows(z.detach().amax(dim, keepdim=True))
         return torch.log_softmax(z, dim)
-    if z.numel() == 0:
-        return _empty_result(z, dim, "same")
     return _half_wrap(_LogEntmaxFunction.apply, z, a, dim)
