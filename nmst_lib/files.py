@@ -50,16 +50,19 @@ def user_cache_dir() -> Path:
     return base / "nmst_lib"
 
 
-def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike, payload: bytes, mode: int | None = None) -> None:
     """Write ``payload`` to ``path`` atomically: a temporary file in the same
     directory, ``fsync``, then ``os.replace`` (a reader sees the old file or
-    the new one, never half)."""
+    the new one, never half). ``mode``: the file's permissions (e.g. ``0o644``
+    for a table others read); default the temporary file's, owner-only."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
     )
     try:
+        if mode is not None:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from ..files import atomic_write_bytes
 from . import ASSIGNMENTS
 from .sandbox import Limits, SandboxUnavailable, run_limited, sandbox_problem
 
@@ -357,9 +359,9 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
     """Merge ``rows`` into the table at ``path`` (by submission) and replace the file atomically.
 
     Under an exclusive ``flock`` on ``.<name>.lock`` beside it, so that two batches writing one CSV
-    keep each other's rows: read the table on disk, replace or append ``rows``, write a temporary
-    file with a unique name beside ``path``, flush it to disk, rename it over ``path``, and flush
-    the folder (the rename itself survives a crash).
+    keep each other's rows: read the table on disk, replace or append ``rows``, and write it with
+    :func:`nmst_lib.files.atomic_write_bytes` (a temporary file, flushed, renamed over ``path``,
+    the folder flushed).
     """
     import fcntl
 
@@ -367,24 +369,11 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         table = {os.path.abspath(r["submission"]): r for r in _read_csv(path, columns)}
         table.update({os.path.abspath(r["submission"]): r for r in rows})
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            os.fchmod(fd, 0o644)
-            with open(fd, "w", newline="", encoding="utf-8") as f:
-                writer = csv.DictWriter(f, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(table.values())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        folder = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+        text = io.StringIO(newline="")  # the csv module's own line ends, untranslated
+        writer = csv.DictWriter(text, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(table.values())
+        atomic_write_bytes(path, text.getvalue().encode("utf-8"), mode=0o644)
 
 
 def _row(outcome: Outcome, questions) -> dict:
