@@ -40,6 +40,13 @@ def check_index(value, size: int, name: str) -> int:
     return value
 
 
+def is_integer_tensor(x) -> bool:
+    """Whether ``x`` is a tensor of integers (token ids, lengths, step counts): not floating
+    point, complex or bool."""
+    return (isinstance(x, torch.Tensor) and not x.is_floating_point() and not x.is_complex()
+            and x.dtype != torch.bool)
+
+
 def check_positive_int(value, name: str, minimum: int = 1) -> int:
     """Check that ``value`` is an integer >= ``minimum`` and return it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

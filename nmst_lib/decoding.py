@@ -44,7 +44,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from ._validation import check_index, check_positive_int
+from ._validation import check_index, check_positive_int, is_integer_tensor
 from .entmax import entmax, log_entmax
 from .heads import _check_alpha
 
@@ -499,7 +499,7 @@ def _check_model(model) -> tuple[int, int]:
 def _check_contexts(contexts, vocab_size: int) -> None:
     if not isinstance(contexts, torch.Tensor):
         raise TypeError(f"contexts must be a torch.Tensor of token ids of shape [B, k], got {type(contexts).__name__}")
-    if contexts.is_floating_point() or contexts.is_complex() or contexts.dtype == torch.bool:
+    if not is_integer_tensor(contexts):
         raise TypeError(f"contexts must hold integer token ids (e.g. torch.long), got dtype {contexts.dtype}")
     if contexts.dim() != 2:
         raise ValueError(f"contexts must be a 2-D tensor [B, k] (one context per row), got shape {tuple(contexts.shape)}")

@@ -78,6 +78,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd import Function
 
+from ._validation import is_integer_tensor
+
 __all__ = [
     "sparsemax",
     "entmax15",
@@ -836,7 +838,7 @@ def entmax_loss(logits: torch.Tensor, target: torch.Tensor, alpha, dim: int = -1
     a = _check_alpha_number(alpha)
     if not isinstance(target, torch.Tensor):
         raise TypeError(f"target must be a torch.Tensor of class ids, got {type(target).__name__}")
-    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+    if not is_integer_tensor(target):
         raise ValueError(f"target must hold integer class ids (e.g. torch.long), got {target.dtype}")
     row_shape = logits.shape[:dim] + logits.shape[dim + 1 :]
     if tuple(target.shape) != tuple(row_shape):

@@ -36,7 +36,7 @@ import numbers
 import numpy as np
 import torch
 
-from ._validation import check_positive_int
+from ._validation import check_positive_int, is_integer_tensor
 
 __all__ = [
     "first_eos_steps",
@@ -121,8 +121,7 @@ def termination_steps(generation) -> torch.Tensor:
                 "a beam-search Generation needs first_finish_steps (the first step at which any hypothesis "
                 "finished; decode() fills it): the returned lengths give r_nt(L) only at L = max_len")
         return first_eos_steps(generation)
-    if not isinstance(steps, torch.Tensor) or steps.is_floating_point() or steps.is_complex() \
-            or steps.dtype == torch.bool:
+    if not is_integer_tensor(steps):
         raise TypeError(f"generation.first_finish_steps must be an integer tensor [B] (or None), "
                         f"got {type(steps).__name__ if not isinstance(steps, torch.Tensor) else steps.dtype}")
     if steps.shape != (tokens.shape[0],):
@@ -284,8 +283,7 @@ def _check_probs_and_target(probs, target, name: str = "probs"):
                         f"distribution per position), got {type(probs).__name__ if not isinstance(probs, torch.Tensor) else probs.dtype}")
     if probs.dim() < 1 or probs.shape[-1] < 1:
         raise ValueError(f"{name} must have a non-empty last (vocabulary) dimension, got shape {tuple(probs.shape)}")
-    if not isinstance(target, torch.Tensor) or target.is_floating_point() or target.is_complex() \
-            or target.dtype == torch.bool:
+    if not is_integer_tensor(target):
         raise TypeError("target must be an integer torch.Tensor of token ids with shape probs.shape[:-1]")
     if target.shape != probs.shape[:-1]:
         raise ValueError(f"target must have shape probs.shape[:-1] = {tuple(probs.shape[:-1])}, got {tuple(target.shape)}")
@@ -497,7 +495,7 @@ def epsilon_perplexity(target_probs, vocab_size: int, eps=None) -> tuple[float, 
 
 
 def _check_token_tensor(x, name: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor) or x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+    if not is_integer_tensor(x):
         raise TypeError(f"{name} must be an integer torch.Tensor of token ids with shape [B, T]")
     if x.dim() != 2:
         raise ValueError(f"{name} must have shape [B, T], got {tuple(x.shape)}")
@@ -653,7 +651,7 @@ def _token_list(s) -> torch.Tensor:
     t = torch.as_tensor(s)
     if t.numel() == 0:
         return torch.empty(0, dtype=torch.long)
-    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+    if not is_integer_tensor(t):
         raise TypeError(f"each sequence must hold integer token ids, got {t.dtype} values")
     return t.to(torch.long).reshape(-1)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._validation import check_positive_int
+from .._validation import check_positive_int, is_integer_tensor
 from .vocabulary import Vocabulary
 
 __all__ = [
@@ -150,19 +150,10 @@ class SequenceData:
         )
 
 
-def _is_integer_tensor(x) -> bool:
-    return (
-        isinstance(x, torch.Tensor)
-        and not x.is_floating_point()
-        and not x.is_complex()
-        and x.dtype != torch.bool
-    )
-
-
 def _check_sequences(tokens, lengths, context_len: int, vocab, line_numbers):
     """The checks of :class:`SequenceData` (its docstring)."""
     for name, x in (("tokens", tokens), ("lengths", lengths)):
-        if not _is_integer_tensor(x) or x.dim() != 1:
+        if not is_integer_tensor(x) or x.dim() != 1:
             got = (
                 f"dtype {x.dtype}, shape {tuple(x.shape)}"
                 if isinstance(x, torch.Tensor)
@@ -198,7 +189,7 @@ def _check_sequences(tokens, lengths, context_len: int, vocab, line_numbers):
                 f"of {len(vocab)}, got range [{low}, {high}]"
             )
     if line_numbers is not None and (
-        not _is_integer_tensor(line_numbers)
+        not is_integer_tensor(line_numbers)
         or tuple(line_numbers.shape) != tuple(lengths.shape)
     ):
         raise ValueError(
@@ -330,7 +321,7 @@ def bucket_batches(
     ``max_tokens`` padded tokens (a longer single sequence gets a batch of
     its own). With ``shuffle`` the batch order is shuffled too.
     """
-    if not _is_integer_tensor(lengths) or lengths.dim() != 1:
+    if not is_integer_tensor(lengths) or lengths.dim() != 1:
         raise TypeError(
             "lengths must be a 1-D integer tensor of sequence lengths (e.g. "
             f"data.lengths), got {type(lengths).__name__}"

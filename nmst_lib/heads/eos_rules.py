@@ -23,7 +23,7 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from .._validation import check_eps, check_index
+from .._validation import check_eps, check_index, is_integer_tensor
 
 __all__ = [  # noqa: RUF022
     "log1mexp",
@@ -117,7 +117,7 @@ def _check_targets(targets, logits: torch.Tensor) -> torch.Tensor:
     ``logits.shape[:-1]``, moved to the logits' device."""
     if not isinstance(targets, torch.Tensor):
         raise TypeError(f"targets must be a torch.Tensor of token ids, got {type(targets).__name__}")
-    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
+    if not is_integer_tensor(targets):
         raise TypeError(f"targets must hold integer token ids (e.g. torch.long), got dtype {targets.dtype}")
     if targets.shape != logits.shape[:-1]:
         raise ValueError(f"targets must have shape logits.shape[:-1] = {tuple(logits.shape[:-1])}, "

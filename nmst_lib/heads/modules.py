@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_eps, check_index
+from .._validation import check_eps, check_index, is_integer_tensor
 from ..entmax import entmax_loss, log_entmax
 from .eos_rules import (
     _check_alpha,
@@ -83,7 +83,7 @@ def _check_step_inputs(logits, state, kind: str | None = None) -> torch.Tensor:
             f"state must be a tensor [B] = [{logits.shape[0]}] from initial_step_state or step, got {shape}"
         )
     if kind == "steps":
-        if state.is_floating_point() or state.is_complex() or state.dtype == torch.bool:
+        if not is_integer_tensor(state):
             raise TypeError(f"the state of {_STEP_STATE} must be an integer tensor (from initial_step_state or "
                             f"step), got dtype {state.dtype}")
         if bool((state < 0).any()):

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .._validation import is_integer_tensor
+
 __all__ = [
     "RemarkOneDataset",
     "remark1_dataset",
@@ -86,8 +88,7 @@ class RemarkOneDataset:
         """
         if path is None:
             path = self.longest()
-        elif (not isinstance(path, torch.Tensor) or path.dim() != 1 or path.numel() == 0
-              or path.is_floating_point() or path.is_complex() or path.dtype == torch.bool):
+        elif not is_integer_tensor(path) or path.dim() != 1 or path.numel() == 0:
             got = (f"dtype {path.dtype}, shape {tuple(path.shape)}" if isinstance(path, torch.Tensor)
                    else type(path).__name__)
             raise TypeError(f"path must be a non-empty 1-D integer tensor of token ids (e.g. dataset.longest()), "
