@@ -300,6 +300,13 @@ def _add_assignments_parser(sub) -> None:
     p.add_argument("--sync-package", action="store_true",
                    help="build: also copy the public tests into nmst_lib/classroom/public_tests/ (what Colab "
                         "students check against; commit the result after editing a master)")
+    pin = p.add_mutually_exclusive_group()
+    pin.add_argument("--pin", default="auto", metavar="REF",
+                     help="build: the git commit or tag of this repository the editions install nmst_lib at "
+                          "[the commit that builds the kit, when assignments/ and nmst_lib/ are committed]; "
+                          "it must be on the repository's host (pushed) for students' installs to find it")
+    pin.add_argument("--no-pin", dest="pin", action="store_const", const=None,
+                     help="build: install the repository's default branch (a development build)")
     p.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--data-dir", default=None, help=argparse.SUPPRESS)
 
@@ -497,7 +504,7 @@ def _cmd_assignments(args) -> int:
             raise ValueError(f"`assignments build` takes no positional arguments (got {' '.join(args.items)}); "
                              "use --only ID[,ID]")
         only = None if args.only is None else [a.strip() for a in args.only.split(",") if a.strip()]
-        index = build_assignments(args.out, only=only, sync_package=args.sync_package)
+        index = build_assignments(args.out, only=only, sync_package=args.sync_package, pin=args.pin)
         for name, entry in index["assignments"].items():
             if only is None or name in only:
                 qs = ", ".join(f"{q['name']} {q['points']:g} {'manual' if q['kind'] == 'manual' else 'auto'}"
@@ -509,6 +516,8 @@ def _cmd_assignments(args) -> int:
         out = args.out or str(repository_root() / "_build" / "assignments")
         _log(f"[assignments] editions in {out}: <id>/student/, <id>/<id>-student.zip, <id>/instructor/, "
              "<id>/<id>-autograder.zip")
+        provenance = index["provenance"]
+        _log(f"[assignments] they install {provenance['install_spec']} ({provenance['install_note']})")
         return 0
     if len(args.items) < 2:
         raise ValueError("`assignments grade` needs the assignment id and at least one submitted notebook, e.g. "

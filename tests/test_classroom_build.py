@@ -4,13 +4,22 @@ where public tests are found, and the command line's answers to bad input."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import nbformat
 import pytest
 
 from nmst_lib.__main__ import main
 from nmst_lib.classroom import ASSIGNMENTS, public_tests_dir
-from nmst_lib.classroom.build import assignment_questions, master_notebook
+from nmst_lib.classroom.build import (
+    UNPINNED_INSTALL_SPEC,
+    _pinned_masters,
+    _resolve_pin,
+    assignment_questions,
+    master_notebook,
+    pinned_install_spec,
+    repository_root,
+)
 
 
 def _master(tmp_path):
@@ -72,3 +81,52 @@ def test_every_assignment_has_a_master_whose_setup_cell_installs_the_classroom_e
 def test_the_command_line_explains_bad_input(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_install_spec_is_pinned_to_a_ref_and_bad_refs_are_refused():
+    assert pinned_install_spec(None) == UNPINNED_INSTALL_SPEC
+    assert pinned_install_spec("v5.5") == UNPINNED_INSTALL_SPEC + "@v5.5"
+    sha = "ba6450e478ebc66b62019622df8091d275de4591"
+    assert pinned_install_spec(sha).endswith("/when-do-language-models-stop@" + sha)
+    for bad in ("", "two words", "-x", ".hidden", "a..b", "v1#frag", "a@b", "main/"):
+        with pytest.raises(ValueError, match="not a git commit, tag or branch"):
+            pinned_install_spec(bad)
+    with pytest.raises(TypeError, match="git ref"):
+        pinned_install_spec(5)
+
+
+def _git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_auto_pins_the_clean_commit_and_leaves_a_dirty_or_gitless_build_unpinned(tmp_path):
+    """'auto' pins HEAD only when assignments/ and nmst_lib/ are committed: a dirty tree's
+    build is held by no commit, so its editions say so instead of naming a wrong one."""
+    assert _resolve_pin("auto", tmp_path)[0] is None
+    assert "not built from a git checkout" in _resolve_pin("auto", tmp_path)[1]
+    (tmp_path / "assignments").mkdir()
+    (tmp_path / "assignments" / "x.txt").write_text("1")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "x")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    assert _resolve_pin("auto", tmp_path) == (head, f"pinned to the commit that built the kit, {head[:12]}")
+    (tmp_path / "assignments" / "x.txt").write_text("2")
+    ref, note = _resolve_pin("auto", tmp_path)
+    assert ref is None and "uncommitted changes" in note
+    assert _resolve_pin("v5.5", tmp_path) == ("v5.5", "pinned to v5.5, as requested")
+    assert _resolve_pin(None, tmp_path)[0] is None
+
+
+def test_the_pinned_copy_of_a_master_changes_only_its_install_spec(tmp_path):
+    root = repository_root()
+    spec = UNPINNED_INSTALL_SPEC + "@v5.5"
+    for assignment in ASSIGNMENTS:
+        copy = _pinned_masters(root, assignment, spec, tmp_path / assignment)
+        before = master_notebook(assignment, root).read_text(encoding="utf-8")
+        after = copy.read_text(encoding="utf-8")
+        assert spec in after and after.replace(spec, UNPINNED_INSTALL_SPEC) == before
+        requirements = (copy.parent.parent / "requirements.txt").read_text(encoding="utf-8")
+        assert requirements == (root / "assignments" / "requirements.txt").read_text(
+            encoding="utf-8").replace(UNPINNED_INSTALL_SPEC, spec)

@@ -10,7 +10,14 @@ under ``_build/assignments/<id>/``:
 
 Grading submissions (sandboxed, with limits, batch by batch) is :mod:`nmst_lib.classroom.grading`.
 ``index.json`` beside them lists each assignment's questions, their kind (autograded or manual)
-and points, with provenance (code version, otter-grader version, date).
+and points, with provenance (code version, otter-grader version, date, install spec).
+
+**The kit pins its library.** Every edition installs ``nmst_lib`` with one spec (the setup cell
+in Colab, ``requirements.txt`` on Gradescope). The masters name the repository without a
+version; a build from a clean checkout writes that commit into the editions
+(``...@<commit>``), so students and the autograder install the library the kit was built and
+tested against, all term, whatever the repository does meanwhile (``pin`` of
+:func:`build_assignments`).
 """
 
 from __future__ import annotations
@@ -31,7 +38,12 @@ import yaml
 from . import ASSIGNMENTS
 from .grading import grade_submission  # noqa: F401 -- grading lives in .grading; kept importable from here
 
-__all__ = ["repository_root", "master_notebook", "assignment_questions", "build_assignments", "grade_submission"]
+__all__ = ["repository_root", "master_notebook", "assignment_questions", "build_assignments", "grade_submission",
+           "UNPINNED_INSTALL_SPEC", "pinned_install_spec"]
+
+#: What the masters install (the repository of ``_config.yml``, no version); the build pins it.
+UNPINNED_INSTALL_SPEC = "nmst-lib[classroom] @ git+https://github.com/nmst-book/when-do-language-models-stop"
+_GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 
 _BEGIN_QUESTION = re.compile(r"^\s*#\s*BEGIN\s+QUESTION\s*$", re.IGNORECASE)
 _TEST_CONFIG = re.compile(r'"""\s*#\s*BEGIN\s+TEST\s+CONFIG(.*?)"""\s*#\s*END\s+TEST\s+CONFIG', re.DOTALL)
@@ -125,8 +137,57 @@ def _git_commit(root: Path) -> str | None:
         return None
 
 
+def pinned_install_spec(ref: str | None) -> str:
+    """The install spec of the editions: :data:`UNPINNED_INSTALL_SPEC` at git ``ref``.
+
+    ``ref`` is a commit, tag or branch of the book's repository (``None``: unpinned). A ref that
+    pip could not read as one (spaces, ``@``, ``#``, ``..``, a leading ``-`` or ``.``) is refused.
+    """
+    if ref is None:
+        return UNPINNED_INSTALL_SPEC
+    if not isinstance(ref, str):
+        raise TypeError(f"pin must be a git ref (str) or None, not {type(ref).__name__}")
+    if not _GIT_REF.fullmatch(ref) or ".." in ref or ref.endswith((".", "/", ".lock")):
+        raise ValueError(f"pin {ref!r} is not a git commit, tag or branch name: use letters, digits and . _ / - "
+                         "(not starting with . or -, without ..), e.g. a commit hash or a tag like v5.5")
+    return f"{UNPINNED_INSTALL_SPEC}@{ref}"
+
+
+def _resolve_pin(pin, root: Path) -> tuple[str | None, str]:
+    """The ref to pin (or None) and a sentence saying why, for ``pin`` of :func:`build_assignments`."""
+    if pin is None:
+        return None, "unpinned on request: the editions install the repository's default branch"
+    if pin != "auto":
+        pinned_install_spec(pin)  # validates
+        return pin, f"pinned to {pin}, as requested"
+    commit = _git_commit(root)
+    if commit is None:
+        return None, ("unpinned: not built from a git checkout, so there is no commit to pin; "
+                      "the editions install the repository's default branch")
+    if commit.endswith("+dirty"):
+        return None, ("unpinned: assignments/ or nmst_lib/ has uncommitted changes, so no commit holds "
+                      "what was built; the editions install the repository's default branch")
+    return commit, f"pinned to the commit that built the kit, {commit[:12]}"
+
+
+def _pinned_masters(root: Path, assignment: str, spec: str, into: Path) -> Path:
+    """A copy of the assignment's master folder and of ``assignments/requirements.txt`` under
+    ``into`` with :data:`UNPINNED_INSTALL_SPEC` replaced by ``spec``; returns the copied master."""
+    src = master_notebook(assignment, root).parent
+    copy = into / "assignments" / assignment
+    shutil.copytree(src, copy)
+    for path in (src / f"{assignment}.ipynb", root / "assignments" / "requirements.txt"):
+        text = path.read_text(encoding="utf-8")
+        if UNPINNED_INSTALL_SPEC not in text:
+            raise RuntimeError(f"{path.relative_to(root)} does not install {UNPINNED_INSTALL_SPEC!r}, so the build "
+                               "cannot pin it; restore the spec (tests/test_repository_url.py checks it)")
+        target = copy / path.name if path.suffix == ".ipynb" else into / "assignments" / path.name
+        target.write_text(text.replace(UNPINNED_INSTALL_SPEC, spec), encoding="utf-8")
+    return copy / f"{assignment}.ipynb"
+
+
 def build_assignments(out_dir: str | Path | None = None, only=None, sync_package: bool = False,
-                      root: str | Path | None = None) -> dict:
+                      root: str | Path | None = None, pin: str | None = "auto") -> dict:
     """Build the student, instructor and autograder editions of the assignments (all, or ``only``).
 
     ``out_dir`` defaults to ``<repository>/_build/assignments``; each assignment's folder is
@@ -134,6 +195,12 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
     the public tests into ``nmst_lib/classroom/public_tests/<id>/`` (what a Colab student, who has
     only the notebook, checks against): maintainers run it after editing a master and commit the
     result; ``tests/classroom`` fails while the shipped copy differs from a fresh build.
+    ``pin`` is the git ref the editions install ``nmst_lib`` at (:func:`pinned_install_spec`):
+    ``"auto"`` (the default) pins the commit that built the kit when ``assignments/`` and
+    ``nmst_lib/`` are committed, and leaves the spec unpinned otherwise (a development build:
+    no commit holds it); a commit or tag pins that; ``None`` leaves it unpinned. The ref must be
+    reachable on the repository's host for students' installs to find it. ``index.json``'s
+    provenance records the spec and why.
     Returns the index (also written to ``index.json``).
     """
     root = Path(root) if root is not None else repository_root()
@@ -145,6 +212,8 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
         unknown = [a for a in ids if a not in ASSIGNMENTS]
         if unknown:
             raise ValueError(f"unknown assignment(s) {', '.join(unknown)}; the assignments are {', '.join(ASSIGNMENTS)}")
+    ref, pin_note = _resolve_pin(pin, root)
+    spec = pinned_install_spec(ref)
     out.mkdir(parents=True, exist_ok=True)
     import otter
 
@@ -155,7 +224,8 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
         with tempfile.TemporaryDirectory(dir=out, prefix=f".{assignment}-") as tmp:
             tmp = Path(tmp)
             dist = tmp / "dist"
-            _otter("assign", str(master), str(dist), cwd=master.parent)
+            pinned = _pinned_masters(root, assignment, spec, tmp / "src")
+            _otter("assign", str(pinned), str(dist), cwd=pinned.parent)
             stage = tmp / assignment
             (stage / "student").mkdir(parents=True)
             shutil.copytree(dist / "student", stage / "student", dirs_exist_ok=True)
@@ -192,6 +262,7 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
 
     index["provenance"] = {"code_version": _git_commit(root), "nmst_lib": __version__,
                            "otter_grader": getattr(otter, "__version__", "unknown"),
+                           "install_spec": spec, "install_pin": ref, "install_note": pin_note,
                            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     tmp_index = index_path.with_suffix(".json.tmp")
     tmp_index.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")

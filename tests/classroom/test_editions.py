@@ -71,6 +71,30 @@ def test_every_assignment_is_built_with_all_three_editions(built, index, assignm
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_edition_installs_the_library_at_the_commit_that_built_the_kit(built, index, assignment):
+    """Students (Colab setup cell) and the autograder (Gradescope's environment) install one
+    spec, recorded in index.json; a build from a clean checkout pins it to that checkout's commit,
+    so the library cannot drift under a kit in the middle of a term."""
+    from nmst_lib.classroom.build import UNPINNED_INSTALL_SPEC
+
+    provenance = index["provenance"]
+    spec, commit = provenance["install_spec"], provenance["code_version"]
+    if commit and not commit.endswith("+dirty"):
+        assert provenance["install_pin"] == commit and spec == f"{UNPINNED_INSTALL_SPEC}@{commit}", provenance
+    folder = built / assignment
+    with zipfile.ZipFile(folder / f"{assignment}-autograder.zip") as z:
+        environment = z.read("environment.yml").decode()
+    with zipfile.ZipFile(folder / f"{assignment}-student.zip") as z:
+        student_zip = z.read(f"student/{assignment}.ipynb").decode()
+    for name, text in [("student notebook", (folder / "student" / f"{assignment}.ipynb").read_text()),
+                       ("student zip", student_zip),
+                       ("instructor notebook", (folder / "instructor" / f"{assignment}.ipynb").read_text()),
+                       ("autograder environment.yml", environment)]:
+        installs = re.findall(re.escape(UNPINNED_INSTALL_SPEC) + r"(?:@[\w./-]+)?", text)
+        assert installs and set(installs) == {spec}, f"{assignment}'s {name} installs {installs}, not {spec}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_the_student_edition_holds_no_solution_rubric_or_hidden_test(built, assignment):
     master = master_notebook(assignment, ROOT)
     student = built / assignment / "student" / f"{assignment}.ipynb"
