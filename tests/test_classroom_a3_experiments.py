@@ -48,8 +48,11 @@ def test_q1_checks_pass_on_a_correct_perplexity():
 
 
 @pytest.mark.parametrize("check, bug, message", [
-    (A.check_perplexity_counts_eos, dict(drop_eos=True), "without the eos terms"),
-    (A.check_perplexity_pools_tokens, dict(per_line=True), "per-line mean NLLs"),
+    # the hint comes after the numbers, at the end of the message
+    (A.check_perplexity_counts_eos, dict(drop_eos=True), r"gives 10\.31: this is the perplexity without the eos "
+     r"terms; .* must pay for it$"),
+    (A.check_perplexity_pools_tokens, dict(per_line=True), r"gives 5\.755: this is the exp of the mean of the "
+     r"lines' mean NLLs, .*; pool the tokens instead$"),
     (A.check_uniform_model_gives_vocabulary_size, dict(multiply=True), "padding entries"),
     (A.hidden_perplexity_extreme, dict(float32=True), "float32 exp overflows"),
     (A.hidden_perplexity_matches_library, dict(drop_eos=True), "per-token perplexity of Chapter 6"),

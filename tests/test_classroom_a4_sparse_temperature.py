@@ -479,3 +479,25 @@ def test_the_student_facing_module_does_not_export_the_reference_answers():
                    "_recomputed_rows"):
         assert not hasattr(A, answer) and answer not in A.__all__, answer
     assert not {"mismatch_distribution", "mismatch_scores"} & set(a4_mismatch.__all__)
+
+
+def test_q7_messages_state_the_comparison_that_decides_a_token():
+    """A wrong reachability mask is explained by Proposition 9.4's own comparison: the token's
+    largest ratio against the strongest other token's smallest one, and its direction agrees with
+    nmst_lib.theory.can_become_argmax on random logits of both signs."""
+    from nmst_lib.classroom.a4_temperature_reach import _deciding_comparison
+    from nmst_lib.theory import can_become_argmax
+
+    z = torch.tensor([10.0, 6.0], dtype=torch.float64)
+    assert _deciding_comparison(z, 1, 2.0, 4.0).endswith("z_1/2 = 3, and the strongest other token, 0 "
+                                                          "(z_0 = 10), cannot go below z_0/4 = 2.5; 3 > 2.5")
+    assert _deciding_comparison(torch.tensor([1.0, -3.0]), 1, 2.0, 4.0).endswith("-0.75 <= 0.25")
+    assert "only token" in _deciding_comparison(torch.tensor([-5.0]), 0, 2.0, 4.0)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        z = 3 * torch.randn(6, generator=g, dtype=torch.float64) - 1
+        lo, hi = sorted((0.5 + 3 * torch.rand(2, generator=g, dtype=torch.float64)).tolist())
+        can = can_become_argmax(z, None, lo, hi)
+        for v in range(6):
+            says = " > " in _deciding_comparison(z, v, lo, hi).rsplit(";", 1)[1]
+            assert says == bool(can[v]), (z, v, lo, hi)

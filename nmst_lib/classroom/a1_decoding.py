@@ -390,6 +390,20 @@ def hidden_consistent_top_k_ties(consistent_top_k_log_probs) -> None:
     logits = torch.randint(0, 3, (500, 10), generator=generator(900)).double()
     log_probs = torch.log_softmax(logits, dim=-1)
     for k, eos_id in ((1, 9), (3, 9), (4, 0), (6, 5)):
+        got = _student_log_q(consistent_top_k_log_probs, log_probs, k, eos_id) > -math.inf
+        want = top_k_mask(log_probs, k, eos_id=eos_id)
+        for r in (got != want).any(dim=-1).nonzero().flatten().tolist():
+            missing = (want[r] & ~got[r]).nonzero().flatten().tolist()
+            tied = [(a, b) for a in missing for b in range(a + 1, log_probs.shape[-1])
+                    if bool(got[r, b]) and bool(log_probs[r, b] == log_probs[r, a])]
+            if tied:
+                a, b = tied[0]
+                raise AssertionError(
+                    f"row {r} (k = {k}, eos_id = {eos_id}): tokens {a} and {b} tie at the k-th place (p = "
+                    f"{fmt(log_probs[r, a].exp())} each); ties go to the smaller token id, so V_k holds token {a}, "
+                    f"but your log q is -inf at {a} and finite at {b} (rank with a stable sort, "
+                    "torch.sort(..., descending=True, stable=True); Definition 3.1, Chapter 3)")
+            break
         _compare_log_q(consistent_top_k_log_probs, log_probs, k, eos_id, "rows with tied probabilities", 1e-10)
 
 

@@ -181,14 +181,15 @@ def check_perplexity_pools_tokens(sequence_perplexity) -> None:
     want = math.exp(7 / 4)
     hint = ""
     if math.isclose(got, (math.e + math.e ** 2) / 2, rel_tol=1e-4):
-        hint = " (you averaged the perplexities of the lines)"
+        hint = "this is the mean of the lines' perplexities; pool the tokens instead"
     elif math.isclose(got, math.exp(1.5), rel_tol=1e-4):
-        hint = " (you averaged the per-line mean NLLs: a 1-token line then weighs as much as a 3-token one)"
+        hint = ("this is the exp of the mean of the lines' mean NLLs, where a 1-token line weighs as much as a "
+                "3-token one; pool the tokens instead")
     elif math.isclose(got, math.exp(6 / 4), rel_tol=1e-4) or math.isclose(got, math.exp(7 / 6), rel_tol=1e-4):
-        hint = " (the padding entries were counted)"
+        hint = "the padding entries (beyond lengths[n]) were counted as tokens"
     expect_close(got, want, "the perplexity of lines with NLLs [1] and [2, 2, 2]",
                  "exp((1 + 2 + 2 + 2) / 4), the NLL summed over every token of every line divided by the "
-                 "number of tokens (" + PPL_WHERE + ")" + hint, rtol=1e-5)
+                 "number of tokens (" + PPL_WHERE + ")", rtol=1e-5, hint=hint)
 
 
 def check_perplexity_counts_eos(sequence_perplexity) -> None:
@@ -200,10 +201,10 @@ def check_perplexity_counts_eos(sequence_perplexity) -> None:
     got = _student_ppl(sequence_perplexity, lp, lengths)
     want = math.exp((3 + 5 + 1 + 5) / 6)
     without = math.exp(4 / 4)
-    hint = (" (this is the perplexity without the eos terms: the prediction of eos at step |y| is scored, "
-            "and models that stop badly must pay for it)" if math.isclose(got, without, rel_tol=1e-4) else "")
+    hint = ("this is the perplexity without the eos terms; the prediction of eos at step |y| is scored, "
+            "and models that stop badly must pay for it" if math.isclose(got, without, rel_tol=1e-4) else "")
     expect_close(got, want, "the perplexity of two lines whose eos costs 5 nats",
-                 "exp(14 / 6) with the eos term of every line (" + PPL_WHERE + ")" + hint, rtol=1e-5)
+                 "exp(14 / 6) with the eos term of every line (" + PPL_WHERE + ")", rtol=1e-5, hint=hint)
 
 
 def hidden_perplexity_matches_library(sequence_perplexity) -> None:

@@ -164,17 +164,44 @@ def _reachable_by_search(z: torch.Tensor, lo: float, hi: float):
     return winners
 
 
-def _expect_mask(got, want, z, what: str, why: str) -> None:
+def _deciding_comparison(zr: torch.Tensor, v: int, lo: float,
+                         hi: float) -> str:
+    """Proposition 9.4, part 1, for token ``v`` of the logits ``zr [V]``:
+    its largest ratio z_v/T_v against the largest of the other tokens'
+    smallest ratios, the numbers that decide whether v can win."""
+    if zr.shape[-1] == 1:
+        return "it is the only token, so there is no other ratio to beat"
+    zr = zr.double()
+    z_v = float(zr[v])
+    best, t_best = max((z_v / lo, lo), (z_v / hi, hi))
+    worst = torch.minimum(zr / lo, zr / hi)
+    worst[v] = -math.inf
+    k = int(worst.argmax())
+    z_k = float(zr[k])
+    t_k = hi if z_k / hi <= z_k / lo else lo
+    verdict = ">" if best > float(worst[k]) else "<="
+    return (f"token {v}'s largest ratio is z_{v}/{t_best:g} = "
+            f"{C.fmt(best)}, and the strongest other token, {k} (z_{k} = "
+            f"{C.fmt(z_k)}), cannot go below z_{k}/{t_k:g} = "
+            f"{C.fmt(float(worst[k]))}; {C.fmt(best)} {verdict} "
+            f"{C.fmt(float(worst[k]))}")
+
+
+def _expect_mask(got, want, z, what: str, why: str, lo: float,
+                 hi: float) -> None:
     bad = got != want
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0])
         row, v = idx[:-1], idx[-1]
         says = "can" if bool(got[idx]) else "cannot"
         where = f" (row {list(row)})" if row else ""
+        logits = (f"z = {C.fmt(z[row])}" if z.shape[-1] <= 8 else
+                  f"the {z.shape[-1]} logits z{where}")
         raise AssertionError(
             f"{what}: your mask says token {v} (z_{v} = {C.fmt(z[idx])}) "
-            f"{says} become the strict argmax of z/T for z = "
-            f"{C.fmt(z[row])}{where}, but {why}")
+            f"{says} become the strict argmax of z/T for "
+            f"{logits if z.shape[-1] > 8 else logits + where}, but {why}. "
+            f"Here {_deciding_comparison(z[row], v, lo, hi)}")
 
 
 def check_reachable_global_temperature(argmax_reachable) -> None:
@@ -187,14 +214,14 @@ def check_reachable_global_temperature(argmax_reachable) -> None:
     want = torch.nn.functional.one_hot(z.argmax(-1), 9).bool()
     _expect_mask(got, want, z, "with lo = hi = 2 (one global temperature)",
                  "z/T keeps the order of z (Proposition 9.3, part 1): only "
-                 "the largest logit can be the largest ratio")
+                 "the largest logit can be the largest ratio", 2.0, 2.0)
     tie = torch.tensor([3.0, 3.0, 1.0, -2.0], dtype=torch.float64)
     got = _student_reachable(argmax_reachable, tie, 2.0, 2.0)
     _expect_mask(got, torch.zeros(4, dtype=torch.bool), tie,
                  "with lo = hi = 2 and two tokens tied at the top",
                  "a global temperature keeps the tie, so no token is the "
                  "*strict* argmax (the inequality in part 1 of "
-                 f"{_PROP94} is strict)")
+                 f"{_PROP94} is strict)", 2.0, 2.0)
 
 
 def check_reachable_positive_logits(argmax_reachable) -> None:
@@ -215,7 +242,7 @@ def check_reachable_positive_logits(argmax_reachable) -> None:
                      f"{_PROP94}, part 2 says token j can iff z_j > (lo/hi)"
                      f" max_(i != j) z_i = {lo / hi:.4g} times the best "
                      "other logit (give j the temperature lo and every "
-                     "other token hi)")
+                     "other token hi)", lo, hi)
 
 
 def check_reachable_shift(argmax_reachable) -> None:
@@ -236,7 +263,7 @@ def check_reachable_shift(argmax_reachable) -> None:
         zt = torch.tensor(z, dtype=torch.float64)
         got = _student_reachable(argmax_reachable, zt, 2.0, 4.0)
         _expect_mask(got, torch.tensor(want), zt, "on [lo, hi] = [2, 4]",
-                     f"{why} ({_PROP94})")
+                     f"{why} ({_PROP94})", 2.0, 4.0)
 
 
 def check_reachable_against_search(argmax_reachable) -> None:
@@ -285,7 +312,7 @@ def hidden_reachable_matches_library(argmax_reachable) -> None:
                      can_become_argmax(z, None, lo, hi), z,
                      f"on [lo, hi] = [{lo:g}, {hi:g}]",
                      "nmst_lib.theory.can_become_argmax disagrees "
-                     f"({_PROP94}, part 1)")
+                     f"({_PROP94}, part 1)", lo, hi)
 
 
 def hidden_reachable_extreme(argmax_reachable) -> None:
@@ -315,4 +342,5 @@ def hidden_reachable_extreme(argmax_reachable) -> None:
                      can_become_argmax(zz, None, 2.0, 4.0), zz,
                      f"with {what}", "nmst_lib.theory.can_become_argmax "
                      f"disagrees ({_PROP94}, part 1; a single token is "
-                     "always the strict argmax, zero logits never are)")
+                     "always the strict argmax, zero logits never are)",
+                     2.0, 4.0)

@@ -77,12 +77,14 @@ def expect(condition: bool, message: str) -> None:
         raise AssertionError(message)
 
 
-def expect_close(got: float, want: float, what: str, where: str, rtol: float = 1e-6, atol: float = 1e-9) -> None:
-    """``got`` must equal ``want`` to ``rtol``/``atol``; the message names the quantity and the box."""
+def expect_close(got: float, want: float, what: str, where: str, rtol: float = 1e-6, atol: float = 1e-9,
+                 hint: str = "") -> None:
+    """``got`` must equal ``want`` to ``rtol``/``atol``; the message names the quantity and the box,
+    then ``hint`` (what the wrong value suggests went wrong), after the numbers."""
     got_f, want_f = float(got), float(want)
     ok = math.isclose(got_f, want_f, rel_tol=rtol, abs_tol=atol) or (math.isinf(got_f) and got_f == want_f)
     a, b = _pair(got_f, want_f)
-    expect(ok, f"{what} is {a}, but {where} gives {b}")
+    expect(ok, f"{what} is {a}, but {where} gives {b}" + (f": {hint}" if hint else ""))
 
 
 def _at(idx: tuple) -> str:
