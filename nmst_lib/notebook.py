@@ -83,7 +83,8 @@ def setup_notebook(seed: int = 0, *, style: bool = True, verbose: bool = True) -
         where = str(device)
         if device.type == "cuda":
             where += f" ({torch.cuda.get_device_name(device)})"
-        print(f"seed: {seed} | device: {where} | torch {torch.__version__} | {code_words()}")
+        # two short lines, not one of 100 characters: a phone shows each whole
+        print(f"seed: {seed} | device: {where} | torch {torch.__version__}\n{code_words()}")
     return device
 
 
