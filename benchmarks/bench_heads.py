@@ -1,6 +1,6 @@
 """Overhead of the ST and NMST output layers' training loss over the vanilla softmax NLL (run by hand).
 
-    python benchmarks/bench_heads.py [--repeats 15] [--threads 1] [--batch 32] [--steps 35] [--vocab 33278]
+    python benchmarks/bench_heads.py [--repeats 9] [--threads 1] [--batch 32] [--steps 35] [--vocab 33278]
                                      [--eos-logit 15 --out benchmarks/results/heads-eos-heavy.json]
 
 Times forward + backward of the mean NLL ``-log p(y_t)`` of random targets on ``[batch, steps,

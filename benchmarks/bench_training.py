@@ -6,7 +6,9 @@ measured matmul FLOP/s ceiling (Chapters 6 and 8); and alpha = 1.2 entmax agains
 (``entmax1.2_before``, swapped in for its timing only); and alpha = 1.5 entmax with its threshold's
 CPU sort (NumPy's) against ``torch.sort`` (``entmax1.5_torch_sort``), the sort it replaced.
 
-Run by hand (it takes about a minute on 2 CPU cores):
+Run by hand. It is slow: the stored run (3 rounds, one thread of a loaded
+2-core CPU) spent about 9 minutes a round, nearly nine tenths of it in the
+five entmax variants; the default is 5 rounds (``--rounds``).
 
     .venv/bin/python benchmarks/bench_training.py            # LSTM 2 x 256, vocabulary 10k
     .venv/bin/python benchmarks/bench_training.py --arch rnn --hidden 128 --vocab 5000

@@ -10,7 +10,7 @@
 #
 #   scripts/gpu_checks.sh OUT [SECONDS]
 #
-# OUT receives log.txt, the JUnit reports, paper-estimate.json and bench-<name>.json (12 files).
+# OUT receives log.txt, the JUnit reports, paper-estimate.json and bench-<name>.json (13 files).
 # A device tool that brings back only a few files (this project's returns 8) loses the rest
 # without a word, so there write to a scratch folder and pack it:
 #   bash scripts/gpu_checks.sh /tmp/gpu 500; tar czf "$OUT/gpu-checks.tgz" -C /tmp/gpu .

@@ -3,7 +3,7 @@
 #   1. setup                 .venv with the pinned stack (scripts/setup.sh, constraints.txt)
 #   2. library unit tests    from a plain clone without data or network, 2 workers
 #                            (scripts/test_plain_clone.sh); the tests that skip there for want of
-#                            the real data run in step 9, where the data is
+#                            the real data run in step 8, where the data is
 #   3. system packages       Debian's chromium + chromium-driver (browser checks) and bubblewrap
 #                            (the grading sandbox) if absent
 #   4. classroom kit         every assignment built with otter-grader
