@@ -22,6 +22,20 @@ on the notation page (``book/notation.md``, "Reading the experiments"):
 :class:`Findings` collects a chapter's verdicts and renders its "What reproduces" list and
 every count of its Summary, so no page states a count that this module did not compute
 (``tests/test_findings.py`` scans the chapters for hand-written counts).
+
+A :class:`Claim` whose ``beyond`` is set is a comparison the paper never
+makes: judged by the same rule, listed apart and never counted. For rates and
+length distributions measured per seed, :meth:`Band.rates` and
+:meth:`Band.ks_over_seeds` widen the binomial or KS band by a model's seed
+spread even against a model with one seed; :meth:`Band.relative_spread` is the
+floor for a relative gap between single runs (Chapters 8-9).
+
+Besides the verdicts, the tables a page shows under its results:
+:func:`recipe_rows` (our recipe beside the paper's, :data:`RECIPE_FIELDS`,
+each deviation named; :func:`recipe_summary`) and :func:`convergence_rows`
+(whether every seed of each model converged, from :func:`convergence`;
+:func:`convergence_summary`, and :func:`last_epoch_floor`, the floor for
+models that had not).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The first cell of every chapter: seeds, device and figure style in one call.
+"""A chapter's set-up: seeds, device and figure style in one call, the code
+version it prints, and the computed numbers its prose quotes.
 
 Every chapter notebook starts with a Colab-only install cell and then::
 
@@ -9,6 +10,14 @@ so that a chapter gives the same numbers on every run (on the same device) and u
 when Colab attaches one (ARCHITECTURE.md, "Habits worth copying": seeds and device selection in
 the first cell). The figure style is the colour-blind-safe palette of :mod:`nmst_lib.plots`.
 Used by every chapter, from Chapter 1 (``01_decoding``) on.
+:func:`setup_notebook` also prints :func:`code_words`: the library's version
+and commit, the same code version every stored result is stamped with.
+
+The experiment chapters (6-9) put computed values into their text with
+:func:`say` (myst-nb's ``glue`` during a website build, nothing visible in
+Colab), and their verdicts and counts with :func:`say_findings` (from a
+:class:`nmst_lib.findings.Findings`), so their prose quotes only computed
+numbers.
 """
 
 from __future__ import annotations

@@ -2,7 +2,12 @@
 
 Each assignment has a check module here (``a1_decoding``, ...) whose functions raise
 ``AssertionError`` with messages in the book's terms; the master notebooks' test cells only call
-them. :func:`public_tests_dir` tells a student notebook where its public tests are.
+them (Assignment 4's module re-exports its q7 and q8 checks from
+``a4_temperature_reach`` and ``a4_mismatch``; the shared machinery is
+``checks``). ``build`` makes the student, instructor and autograder editions;
+``grading`` and ``sandbox`` grade submissions with limits, in a bubblewrap
+sandbox. :data:`ASSIGNMENTS` names the assignments in order, and
+:func:`public_tests_dir` tells a student notebook where its public tests are.
 """
 
 from __future__ import annotations
