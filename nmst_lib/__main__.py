@@ -34,10 +34,16 @@ ARCHS = ("rnn", "lstm", "gpt2")
 HEADS = ("va", "st", "nmst", "entmax", "nmst-entmax")
 
 _DESCRIPTION = """\
-WikiText-2 experiments of "When Do Language Models Stop?" (Chapter 6, after Choi, Cho, Lee 2023):
-train RNN/LSTM language models with a vanilla (va), self-terminating (st) or non-monotonic
-self-terminating (nmst) output layer, decode validation contexts with greedy / top-k / nucleus /
-beam / ancestral decoders, and store r_nt(L) curves, perplexities and provenance as JSON.
+The experiments of "When Do Language Models Stop?" (Chapters 6-9), on WikiText-2.
+
+Chapter 6 (after Choi, Cho, Lee 2023): train RNN/LSTM language models with a vanilla (va),
+self-terminating (st) or non-monotonic self-terminating (nmst) output layer, decode validation
+contexts with greedy / top-k / nucleus / beam / ancestral decoders, and store r_nt(L) curves,
+perplexities and provenance as JSON.
+
+Chapter 7 (after Welleck et al. 2020 and Choi, Cho, Lee 2023): the same output layers on GPT-2
+(--arch gpt2), and the `gpt2` command: VA, ST and NMST GPT-2 models (a small one trained from
+scratch with GPT-2's tokenizer for the cpu profile; pretrained gpt2 fine-tuned for the paper's).
 
 Chapter 8 (sparse text generation, after Martins et al. 2020): the entmax (alpha-entmax, trained
 with the entmax loss) and nmst-entmax output layers (--head entmax --alpha 1.5), and the `sparse`
@@ -56,7 +62,8 @@ temperature) whose stored result is not current; --only, --dry-run, --force, --j
 --nproc mean the same for every family. run-suite, gpt2, sparse and temperature are its aliases.
 
 Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what the website shows
-(30 runs, about 3 CPU hours: 1.5 hours as two single-thread processes on 2 cores); paper = the paper's settings (GPU).
+(each model trained until early stopping, from about 20 minutes to a few hours on one CPU thread;
+`suite FAMILY --dry-run` lists a family's runs); paper = the paper's settings (GPU).
 When the official WikiText-2 training split cannot be downloaded, a named substitute (the
 validation + test articles re-split by article) is used, and every result says so.
 

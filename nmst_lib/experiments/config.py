@@ -730,7 +730,7 @@ epochs compared by validation epsilon-perplexity (``select_on="eps_ppl"``;
 perplexity for them as for the softmax model, which is Chapter 6's LSTM VA and is selected by its
 perplexity (:func:`~nmst_lib.experiments.sparse.sparse_suite_configs` gives it no ``select_on``).
 By the mean entmax loss in nats the entmax-1.5 model stopped at epoch 8
-(pending_results/measuring/entmax-loss-rule/): that loss spans about 0.15 nats from a uniform
+(pending_results/measuring/entmax-loss-rule/): that loss spans about 0.14 nats from a uniform
 model to a trained one, a log perplexity about 3."""
 
 CPU_RECIPES = {"converged": CONVERGED_CPU_RECIPE, "converged-unigram-hold": UNIGRAM_HOLD_CPU_RECIPE,
