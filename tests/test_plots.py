@@ -284,6 +284,23 @@ def test_rnt_explorer_html_has_a_frame_per_setting_and_marks_missing_ones():
         plots.rnt_explorer_html({("a", 1): {"x": (Ls, Ls / 100)}, "b": {"x": (Ls, Ls / 100)}})
 
 
+def test_rnt_explorer_frames_draw_each_label_in_the_style_given():
+    """A chapter keeps a decoder's colour across its figures: the explorer's frames take the
+    same per-label styles as rnt_plot (Chapter 2's Figure 2.6 matches Figure 2.5)."""
+    from nmst_lib.plots.termination import _rnt_explorer
+
+    Ls = np.arange(1, 51)
+    curves = {("a",): {"greedy": (Ls, np.full(50, 0.5)), "nucleus": (Ls, np.exp(-Ls / 9))}}
+    styles = {"nucleus": {"color": COLORS["purple"]}}
+    fig = _rnt_explorer(curves, ["setting"], None, 1e-6, styles).draw(part0="a")
+    colours = {line.get_label().split(" (")[0]: line.get_color() for line in fig.axes[0].get_lines()}
+    assert colours["nucleus"] == COLORS["purple"] and colours["greedy"] == COLORS[0]
+    plt.close(fig)
+    fig = _rnt_explorer(curves, ["setting"], None, 1e-6).draw(part0="a")
+    assert [line.get_color() for line in fig.axes[0].get_lines()] == [COLORS[0], COLORS[1]]
+    plt.close(fig)
+
+
 # --- notebook set-up ---------------------------------------------------------------------
 
 

@@ -228,7 +228,9 @@ def _is_numeric(values) -> bool:
     )
 
 
-def _rnt_explorer(curves_by_key, control_names, title, y_floor) -> Explorer:
+def _rnt_explorer(
+    curves_by_key, control_names, title, y_floor, styles=None
+) -> Explorer:
     """The r_nt explorer's drawing function and controls, shared by
     :func:`rnt_explorer_html` and :func:`rnt_explorer_widget`."""
     table = _curves_table(curves_by_key)
@@ -267,7 +269,9 @@ def _rnt_explorer(curves_by_key, control_names, title, y_floor) -> Explorer:
         full_title = f"{title}: {setting}" if title else setting
         if key not in table:
             return _no_result_figure(full_title)
-        return rnt_plot(table[key], title=full_title, xlim=xlim, ylim=ylim)
+        return rnt_plot(
+            table[key], title=full_title, xlim=xlim, ylim=ylim, styles=styles
+        )
 
     alt = (
         "non-termination ratio r_nt(L) against the maximal length L, "
@@ -283,6 +287,7 @@ def rnt_explorer_html(
     title: str | None = None,
     dpi: int = FIGURE_DPI,
     y_floor: float = 1e-6,
+    styles: Mapping[str, Mapping] | None = None,
 ):
     """r_nt(L) curves for many settings on the static website: menus or sliders
     pick the setting.
@@ -298,6 +303,9 @@ def rnt_explorer_html(
             ``"setting"`` or ``"setting 1"``, ``"setting 2"``, ...).
         title: shown above every frame, followed by the selected setting.
         y_floor: the lowest r_nt shown (see :func:`rnt_plot`).
+        styles: matplotlib keyword arguments per curve label, as in
+            :func:`rnt_plot` (e.g. to give a decoder the colour another
+            figure of the chapter gives it).
 
     Every frame is drawn by :func:`rnt_plot` on the same axes limits, so
     frames compare at a glance (see
@@ -305,7 +313,9 @@ def rnt_explorer_html(
     :func:`rnt_explorer_widget`. Chapters 2 and 6 (``02_consistency``,
     ``06_wikitext``).
     """
-    explorer = _rnt_explorer(curves_by_key, control_names, title, y_floor)
+    explorer = _rnt_explorer(
+        curves_by_key, control_names, title, y_floor, styles
+    )
     return explorer.html(dpi=dpi)
 
 
@@ -315,6 +325,7 @@ def rnt_explorer_widget(
     control_names: Sequence[str] | None = None,
     title: str | None = None,
     y_floor: float = 1e-6,
+    styles: Mapping[str, Mapping] | None = None,
 ):
     """:func:`rnt_explorer_html` for a live kernel: the same menus and sliders
     as an ``ipywidgets.interactive``.
@@ -323,7 +334,9 @@ def rnt_explorer_widget(
     on demand (:func:`~nmst_lib.plots.explorers.explorer_widget`). Chapters 2
     and 6 (``02_consistency``, ``06_wikitext``).
     """
-    explorer = _rnt_explorer(curves_by_key, control_names, title, y_floor)
+    explorer = _rnt_explorer(
+        curves_by_key, control_names, title, y_floor, styles
+    )
     return explorer.widget()
 
 
@@ -699,7 +712,9 @@ def eps_tradeoff_plot(
     """
     rows = _tradeoff_rows(points)
     if not isinstance(ppl_label, str) or not ppl_label:
-        raise TypeError(f"ppl_label must be a non-empty str, got {ppl_label!r}")
+        raise TypeError(
+            f"ppl_label must be a non-empty str, got {ppl_label!r}"
+        )
     if L is not None:
         L = check_positive_int(L, "L")
     if axes is None:
