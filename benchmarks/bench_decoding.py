@@ -41,7 +41,6 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import sys
 import time
 
@@ -49,8 +48,10 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _provenance import KEY, short_version, stamp  # noqa: E402
+
 from nmst_lib.decoding import decode  # noqa: E402
-from nmst_lib.experiments.results import code_version  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "decoding.json"
 
@@ -205,6 +206,7 @@ def main(argv=None):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    provenance = stamp(device, script=__file__, argv=argv)
     torch.manual_seed(0)
     model = ForcedStopLSTM(args.vocab_size, args.hidden).to(device).eval()
     contexts = make_contexts(args.rows, args.vocab_size, 10, 0.9, torch.Generator().manual_seed(0)).to(device)
@@ -265,12 +267,12 @@ def main(argv=None):
     result = {
         "benchmark": "greedy decoding, early exit + dropping finished rows vs fixed-length loop",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "code_version": (code_version()["git_sha"] or "unknown")[:7],
+        "code_version": short_version(provenance),
         "torch": torch.__version__,
-        "python": platform.python_version(),
+        "python": provenance["python"],
         "threads": torch.get_num_threads(),
         "load_average_1min_at_end": _load_average(),
-        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "device": provenance["device"],
         "model": f"random 2-layer LSTM, hidden {args.hidden}, vocabulary {args.vocab_size}",
         "rows": args.rows,
         "L": args.max_len,
@@ -291,6 +293,7 @@ def main(argv=None):
         "ratio_fraction_of_model_bound": ratio / model_bound,
         "rows_with_identical_tokens": rows_agree,
         "profile": profile,
+        KEY: provenance,
     }
     if not args.quick or args.output != RESULTS:
         args.output.parent.mkdir(parents=True, exist_ok=True)

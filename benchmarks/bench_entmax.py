@@ -20,15 +20,21 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import entmax as entmax_pkg
 import torch
 
-from nmst_lib import entmax as ours
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _provenance import KEY, stamp  # noqa: E402
+
+from nmst_lib import entmax as ours  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "entmax.json"
 
@@ -36,12 +42,6 @@ RESULTS = Path(__file__).resolve().parent / "results" / "entmax.json"
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def time_forward_backward(fn, logits: torch.Tensor, weights: torch.Tensor) -> float:
@@ -69,6 +69,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    provenance = stamp(device, script=__file__)
     g = torch.Generator(device=device).manual_seed(0)
     shape = (args.batch, args.vocab)
     logits = args.scale * torch.randn(shape, generator=g, device=device)
@@ -137,8 +138,9 @@ def main() -> None:
         "entmax_package": getattr(entmax_pkg, "__version__", "1.3"),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "device": _device_name(device),
+        "device": provenance["device"],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        KEY: provenance,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")

@@ -26,14 +26,20 @@ import contextlib
 import datetime
 import json
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-import nmst_lib.entmax as E
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _provenance import KEY, stamp  # noqa: E402
+
+import nmst_lib.entmax as E  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "entmax_alpha.json"
 TARGET = 1.5
@@ -78,6 +84,7 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    provenance = stamp(device, script=__file__)
     g = torch.Generator(device=device).manual_seed(0)
     logits = args.scale * torch.randn(args.rows, args.vocab, generator=g, device=device)
     targets = torch.randint(0, args.vocab, (args.rows,), generator=g, device=device)
@@ -125,9 +132,9 @@ def main() -> None:
         "load_average_1min_at_end": load,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda"
-        else f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+        "device": provenance["device"],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        KEY: provenance,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".json.tmp")

@@ -35,17 +35,23 @@ import datetime
 import gc
 import json
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nmst_lib import data as D
-from nmst_lib.heads import head_from_name
-from nmst_lib.models import GPT2LM, UncachedGPT2
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _provenance import KEY, stamp  # noqa: E402
+
+from nmst_lib import data as D  # noqa: E402
+from nmst_lib.heads import head_from_name  # noqa: E402
+from nmst_lib.models import GPT2LM, UncachedGPT2  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gpt2.json"
 V = 50257
@@ -53,12 +59,6 @@ SMALL = dict(n_embd=128, n_layer=2, n_head=4)
 GPT2_124M = dict(n_embd=768, n_layer=12, n_head=12)
 T4_BYTES = 15 * 2**30  # a 16 GB T4 shows about 15 GiB to PyTorch
 HEADS = (("va", None), ("st", 5e-4), ("nmst", 5e-4))
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def _sync(device: torch.device) -> None:
@@ -357,6 +357,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    provenance = stamp(device, script=__file__)
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
 
     found = validation_sequences()
@@ -405,8 +406,9 @@ def main() -> None:
         "contention": contention,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "device": _device_name(device),
+        "device": provenance["device"],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        KEY: provenance,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")

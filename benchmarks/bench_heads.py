@@ -37,7 +37,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -46,11 +45,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from nmst_lib.heads import EntmaxHead, NMSTEntmaxHead, NMSTHead, STHead
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _provenance import KEY, stamp  # noqa: E402
 from fused_shift_before import nll_before as shift_nll_before  # noqa: E402
 from heads_before import nmst_nll_before, st_nll_before  # noqa: E402
+
+from nmst_lib.heads import EntmaxHead, NMSTEntmaxHead, NMSTHead, STHead  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "heads.json"
 EPS = 1e-4
@@ -61,12 +64,6 @@ TARGET = 1.05
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def time_forward_backward(loss_fn, logits: torch.Tensor, targets: torch.Tensor) -> float:
@@ -96,6 +93,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    provenance = stamp(device, script=__file__)
     g = torch.Generator(device=device).manual_seed(0)
     shape = (args.batch, args.steps, args.vocab)
     logits = torch.randn(shape, generator=g, device=device)
@@ -167,8 +165,9 @@ def main() -> None:
         "target_ratio": TARGET,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "device": _device_name(device),
+        "device": provenance["device"],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        KEY: provenance,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".json.tmp")

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import pathlib
-import platform
 import statistics
 import sys
 import time
@@ -39,8 +38,10 @@ import time
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _provenance import KEY, short_version, stamp  # noqa: E402
+
 from nmst_lib import decoding as D  # noqa: E402
-from nmst_lib.experiments.results import code_version  # noqa: E402
 from nmst_lib.models import LSTMLM  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results" / "samplers.json"
@@ -102,6 +103,7 @@ def main(argv=None):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    provenance = stamp(device, script=__file__, argv=argv)
     print(f"device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads, load {os.getloadavg()[0]:.2f}")
 
     per_step = []
@@ -152,16 +154,17 @@ def main(argv=None):
     result = {
         "benchmark": "top-k / nucleus sampling: topk prefilters + race over candidates vs full-vocabulary mask + race",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "code_version": (code_version()["git_sha"] or "unknown")[:7],
+        "code_version": short_version(provenance),
         "torch": torch.__version__,
-        "python": platform.python_version(),
+        "python": provenance["python"],
         "threads": torch.get_num_threads(),
         "load_average_1min_at_end": round(os.getloadavg()[0], 2),
-        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "device": provenance["device"],
         "rows": "Zipf laws p_r ~ r^-s, s ~ U[0.8, 1.4] per row, random id order",
         "per_step": per_step,
         "end_to_end": end_to_end,
         "quick": args.quick,
+        KEY: provenance,
     }
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)

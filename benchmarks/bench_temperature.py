@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _provenance import KEY, short_version, stamp  # noqa: E402
 from bench_training import synthetic_batches, train_steps  # noqa: E402
 
 from nmst_lib import data as D  # noqa: E402
@@ -83,17 +83,6 @@ def decode_seconds(model, contexts: torch.Tensor, max_len: int, device) -> float
     return seconds
 
 
-def _code_version() -> str:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "nmst_lib", "benchmarks/bench_temperature.py"],
-                               cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        return commit + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hidden", type=int, default=128)
@@ -111,6 +100,7 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    provenance = stamp(device, script=__file__, argv=argv)
 
     batches = synthetic_batches(args.vocab, args.batches, args.batch_size)
     contexts = torch.randint(0, args.vocab - 3, (args.contexts, D.CONTEXT_LEN),
@@ -172,11 +162,12 @@ def main(argv=None) -> dict:
                     "platform": platform.platform(terse=True),
                     "processor": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                     "load_average_1min_at_end": None if load is None else load[0]},
-        "code_version": _code_version(),
+        "code_version": short_version(provenance),
         "command": "python " + " ".join([Path(sys.argv[0]).name] + sys.argv[1:]) if argv is None else repr(argv),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "note": "Ratios are what matters (same batches, same contexts, models interleaved within each round); "
                 "absolute numbers depend on the machine and its load.",
+        KEY: provenance,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

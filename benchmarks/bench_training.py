@@ -34,6 +34,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _provenance import KEY, stamp  # noqa: E402
 
 from nmst_lib import data as D  # noqa: E402
 from nmst_lib import entmax as E  # noqa: E402
@@ -168,6 +171,7 @@ def main(argv=None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    provenance = stamp(device, script=__file__, argv=argv)
 
     batches = synthetic_batches(args.vocab, args.batches, args.batch_size)
     models, optims = {}, {}
@@ -216,6 +220,7 @@ def main(argv=None) -> dict:
                     "platform": platform.platform(terse=True), "processor": platform.processor() or platform.machine()},
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "note": "Ratios are what matters; absolute numbers depend on the machine and its load.",
+        KEY: provenance,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
