@@ -11,8 +11,8 @@ at which the stamp was taken (the start of the timed work).
 A run from a checkout with uncommitted changes is not refused (benchmarks are run by hand while a
 change is being made): its stamp says ``"git_dirty": true`` and :func:`stamp` prints a one-line
 warning, so such a file is never mistaken for a measurement of a commit. Files written before this
-stamp existed have no ``"provenance"`` key (``benchmarks/results/README.md``); readers must
-tolerate its absence.
+stamp existed (every file stored in ``benchmarks/results/`` when it was added; README.md's
+repository map) have no ``"provenance"`` key; readers must tolerate its absence.
 
 The scripts put the repository root on ``sys.path`` before importing ``nmst_lib``, so the library
 timed is the one of this checkout; this module does the same for itself.
