@@ -65,7 +65,11 @@ def uncommitted(root: str | os.PathLike, *pathspecs: str) -> bool | None:
 
 
 def benchmarks_dirty() -> bool | None:
-    """Uncommitted changes in ``benchmarks/`` (its stored results not counted)."""
+    """Uncommitted changes in ``benchmarks/`` (its stored results not counted); None when this
+    folder is not in a git checkout of its own (a copy of the tree inside some other repository
+    must not report that repository's status)."""
+    if not (ROOT / ".git").exists():
+        return None
     return uncommitted(ROOT, "benchmarks", ":(exclude)benchmarks/results")
 
 

@@ -168,7 +168,7 @@ def test_a_dirty_checkout_is_stamped_and_warned_about_not_refused(monkeypatch, c
     assert capsys.readouterr().err == ""
 
 
-def test_uncommitted_reads_git_status_in_a_temporary_repository(tmp_path):
+def test_uncommitted_reads_git_status_in_a_temporary_repository(tmp_path, monkeypatch):
     def git(*args):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
                        capture_output=True)
@@ -187,6 +187,13 @@ def test_uncommitted_reads_git_status_in_a_temporary_repository(tmp_path):
     assert _provenance.uncommitted(tmp_path, *spec) is False  # results and other folders do not count
     (tmp_path / "benchmarks" / "bench_x.py").write_text("x = 2\n")
     assert _provenance.uncommitted(tmp_path, *spec) is True
+    # a copy of the tree (no .git of its own) inside that repository does not report its status
+    copy = tmp_path / "copy"
+    (copy / "benchmarks").mkdir(parents=True)
+    monkeypatch.setattr(_provenance, "ROOT", copy)
+    assert _provenance.benchmarks_dirty() is None
+    monkeypatch.setattr(_provenance, "ROOT", tmp_path)
+    assert _provenance.benchmarks_dirty() is True
 
 
 def test_stamp_of_this_checkout_agrees_with_code_version():
