@@ -43,7 +43,8 @@ stage() {  # stage NAME SECONDS COMMAND...: run with at most SECONDS (and what i
 }
 {
   echo "[gpu] $(date -u +%FT%TZ) commit $(git rev-parse HEAD 2>/dev/null || echo unknown)" \
-       "library changes: $(git status --porcelain -- nmst_lib pyproject.toml 2>/dev/null | wc -l)"
+       "library changes: $(git status --porcelain -- nmst_lib pyproject.toml 2>/dev/null | wc -l)" \
+       "benchmark changes: $(git status --porcelain -- benchmarks ':(exclude)benchmarks/results' 2>/dev/null | wc -l)"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
   "$py" -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__,
 'cuda', torch.version.cuda, 'device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)"
