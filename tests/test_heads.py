@@ -161,7 +161,10 @@ def test_log1mexp_matches_high_precision_reference(x):
     assert float(got) == pytest.approx(expected, rel=1e-14, abs=1e-300)
     if -80 < x < -1e-37:  # representable in float32
         got32 = log1mexp(torch.tensor([x], dtype=torch.float32))
-        assert float(got32) == pytest.approx(float(torch.tensor(expected, dtype=torch.float32)), rel=1e-6)
+        # abs=0: at x = -20 the value is -2e-9, where approx's default
+        # abs=1e-12 alone would allow a 5e-4 relative error
+        want32 = float(torch.tensor(expected, dtype=torch.float32))
+        assert float(got32) == pytest.approx(want32, rel=1e-6, abs=0)
 
 
 def test_log1mexp_has_finite_gradients_on_both_branches_and_a_pole_at_zero():
@@ -184,7 +187,10 @@ def _decimal_lower_bound(t: int, eps: float) -> float:
 def test_eos_lower_bound_matches_high_precision_reference(eps):
     steps = [0, 1, 2, 10, 1000, 69_315, 1_000_000]
     expected = [_decimal_lower_bound(t, eps) for t in steps]
-    assert [eos_lower_bound(t, eps) for t in steps] == pytest.approx(expected, rel=1e-13)
+    # abs=0: f_lb(1) = eps = 1e-5, where approx's default abs=1e-12 alone
+    # would widen rel=1e-13 to 1e-7
+    got = [eos_lower_bound(t, eps) for t in steps]
+    assert got == pytest.approx(expected, rel=1e-13, abs=0)
     as64 = eos_lower_bound(torch.tensor(steps, dtype=F64), eps)
     torch.testing.assert_close(as64, torch.tensor(expected, dtype=F64), rtol=1e-13, atol=0)
     as32 = eos_lower_bound(torch.tensor(steps, dtype=torch.float32), eps)

@@ -9,6 +9,7 @@ code on a GPU where one is present.
 
 from __future__ import annotations
 
+import decimal
 import math
 
 import numpy as np
@@ -209,16 +210,33 @@ def test_js_depends_on_the_target_probability_only(p_y, V, rnd):
     assert 0 <= js[0].item() <= LOG2 * (1 + 1e-15)
 
 
-@pytest.mark.parametrize("q", [1e-6, 1e-10, 1e-14])
-def test_js_keeps_relative_accuracy_near_a_perfect_prediction(q):
-    """Near p_y = 1, JS ~ q log(2)/2 with q = 1 - p_y; the evaluation keeps that digit-for-digit
-    (the textbook form log 2 + [p log p - (1+p) log(1+p)]/2 cancels to rounding noise)."""
-    p_y = 1.0 - q
-    q_exact = 1.0 - p_y  # the q actually represented
-    probs = torch.tensor([[p_y, q_exact]], dtype=torch.float64)
+def _js_decimal(p_y: float) -> float:
+    """JS(p, e_y) = H(m) - H(p) / 2 for p = (p_y, 1 - p_y), m = (p + e_y) / 2, in nats, with
+    60-digit decimals at the p_y given (an independent reference for the closed form)."""
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        p, one = decimal.Decimal(p_y), decimal.Decimal(1)
+
+        def h(*xs):
+            return -sum((x * x.ln() for x in xs if x > 0), decimal.Decimal(0))
+
+        return float(h((one + p) / 2, (one - p) / 2) - h(p, one - p) / 2)
+
+
+@pytest.mark.parametrize("dtype, q, rel", [
+    (torch.float64, 1e-6, 1e-12), (torch.float64, 1e-10, 1e-12), (torch.float64, 1e-14, 1e-12),
+    (torch.float64, 2.0 ** -53, 1e-12),
+    (torch.float32, 1e-3, 1e-5), (torch.float32, 1e-6, 1e-5), (torch.float32, 2.0 ** -24, 1e-5),
+])
+def test_js_keeps_relative_accuracy_near_a_perfect_prediction(dtype, q, rel):
+    """Near p_y = 1, JS ~ q log(2)/2 with q = 1 - p_y; the evaluation keeps its relative accuracy
+    there, in float64 down to q = 2^-53 and in float32 down to 2^-24 (the textbook form
+    log 2 + [p log p - (1+p) log(1+p)]/2 cancels to rounding noise). abs=0: JS is as small as
+    1e-16, below pytest.approx's default abs of 1e-12, which would accept any value."""
+    p_y = torch.tensor(1.0 - q, dtype=dtype)
+    probs = torch.stack([p_y, 1.0 - p_y]).unsqueeze(0)  # 1 - p_y is exact (Sterbenz)
     js = js_divergence(probs, torch.tensor([0])).item()
-    series = q_exact * LOG2 / 2 + q_exact ** 2 / 8  # d^2 JS / dp^2 = 1/(2p(1+p)) = 1/4 at p = 1
-    assert js == pytest.approx(series, rel=1e-7)
+    assert js == pytest.approx(_js_decimal(p_y.item()), rel=rel, abs=0)
 
 
 # --------------------------------------------------------------------------- input checks
@@ -283,7 +301,7 @@ def test_optimal_eps_matches_the_closed_form_for_half_zeros_half_c(c, V):
     p = torch.tensor([0.0, c] * 3, dtype=torch.float64)
     value, eps = epsilon_perplexity(p, V)
     expected = c / (V * c - 2)
-    assert eps == pytest.approx(expected, rel=1e-12)
+    assert eps == pytest.approx(expected, rel=1e-12, abs=0)  # eps down to 2e-5
     assert value == pytest.approx(eps_ppl_by_definition(p.numpy(), V, expected), rel=1e-13)
 
 
@@ -325,7 +343,9 @@ def test_optimal_eps_finds_a_tiny_eps_for_one_zero_among_many_good_predictions()
     # f'(lambda) = 0 <=> 1/lambda = (n - 1)(r - 1)/((1 - lambda) r + lambda), r = V c
     r = V * c
     lam = r / ((n - 1) * (r - 1) + r - 1)
-    assert eps == pytest.approx(lam / (V * (1 - lam)), rel=1e-9)
+    # abs=0: eps is ~1e-10, so pytest.approx's default abs=1e-12 alone would
+    # let a 1 % error through
+    assert eps == pytest.approx(lam / (V * (1 - lam)), rel=1e-9, abs=0)
     assert 0 < eps < 1e-10 and math.isfinite(value)
 
 
