@@ -394,6 +394,24 @@ def test_nucleus_mask_is_sharp_at_the_threshold(dtype, gap):
     assert nucleus_mask(log_probs, 0.5 + gap).tolist() == [False, True, True]
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_nucleus_mask_stops_where_the_mass_reaches_p_exactly(dtype):
+    # Dyadic probabilities: every partial mass and its log-cumsum are exact,
+    # so the mass of the kept set equals p exactly. The smallest set with
+    # mass >= p stops there (the tests above keep p a gap away from the
+    # mass, where '<=' in place of '<' keeps the same set).
+    log_probs = torch.tensor([0.125, 0.5, 0.125, 0.25], dtype=dtype).log()
+    assert nucleus_mask(log_probs, 0.5).tolist() == [False, True, False, False]
+    assert nucleus_mask(log_probs, 0.75).tolist() == [False, True, False, True]
+    assert nucleus_mask(log_probs, 0.875).tolist() == [True, True, False, True]
+    uniform = torch.full((2, 4), 0.25, dtype=dtype).log()
+    expected = [[True, True, False, False]] * 2
+    assert nucleus_mask(uniform, 0.5).tolist() == expected
+    # and beyond the first prefilter (64 tokens): 128 equal tokens, p = 1/2
+    wide = torch.full((1, 128), 1 / 128, dtype=dtype).log()
+    assert int(nucleus_mask(wide, 0.5).sum()) == 64
+
+
 def test_masks_and_restriction_are_exact_at_huge_logits_in_float32():
     logits = torch.tensor([[1e4, 0.0, -1e4, 5e3]], dtype=torch.float32)
     log_probs = torch.log_softmax(logits, dim=-1)

@@ -80,6 +80,29 @@ def test_the_gap_is_tight_when_the_best_token_takes_all_the_mass(alpha):
     assert bool(entmax_excludes(z, 3, alpha)) and float(entmax(z, alpha)[3]) == 0
 
 
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 2.0, 3.0])
+def test_a_gap_of_exactly_one_over_alpha_minus_one_gives_probability_zero(
+    alpha,
+):
+    """The proposition's condition z_max - z_v >= 1/(alpha - 1) includes
+    equality, and so must entmax_excludes' criterion (alpha - 1) z_v <= tau:
+    the top token takes all the mass, tau = (alpha - 1) z_max - 1 and
+    (alpha - 1) z_v = tau exactly (every number here is exact in float64).
+    The tests above keep a margin (1e-9, 1e-3) on the gap, where a strict
+    '<' in the criterion passes as well."""
+    gap = entmax_eos_gap(alpha)
+    for top in (0.0, 3.0, -8.0):
+        z = torch.tensor([top, top - gap, top - 4 * gap], dtype=F64)
+        assert float(entmax(z, alpha)[1]) == 0.0
+        assert bool(entmax_excludes(z, 1, alpha))
+    # one ulp inside the gap, the token is in the support (top = 0: the
+    # threshold in unshifted coordinates is then as exact as the shifted one)
+    inside = math.nextafter(-gap, math.inf)
+    z = torch.tensor([0.0, inside, -4 * gap], dtype=F64)
+    assert float(entmax(z, alpha)[1]) > 0.0
+    assert not bool(entmax_excludes(z, 1, alpha))
+
+
 @pytest.mark.parametrize("alpha", [1.0, 1.3, 1.5, 2.0, 2.5])
 def test_entmax_excludes_is_exactly_the_zero_pattern_of_entmax(alpha):
     z = torch.randn(40, 12, generator=torch.Generator().manual_seed(1), dtype=F64) * 2
