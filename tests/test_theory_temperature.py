@@ -258,9 +258,16 @@ def test_softmax_normalised_temperatures_have_a_constant_mean(seed, V, a, b):
 def test_softmax_temperature_mean_matches_the_papers_scale():
     # PTB, K = 10,000, (a, b) = (1, 1/2): T_v - 2 averages 2e-4, the order of their reported 8.34e-5
     assert math.isclose(softmax_temperature_mean(10_000, 1.0, 0.5) - 2.0, 2e-4, rel_tol=1e-9)
-    for bad in ((0, 1.0, 0.5), (10, 0.0, 0.5), (10, 1.0, -1.0), (10, float("nan"), 1.0)):
-        with pytest.raises((ValueError, TypeError)):
+    for bad, name in (
+        ((0, 1.0, 0.5), "vocab_size"),
+        ((10, 0.0, 0.5), "a"),
+        ((10, 1.0, -1.0), "b"),
+        ((10, float("nan"), 1.0), "a"),
+    ):
+        with pytest.raises(ValueError, match=rf"^{name} must be"):
             softmax_temperature_mean(*bad)
+    with pytest.raises(TypeError, match="vocab_size"):
+        softmax_temperature_mean(2.5, 1.0, 0.5)
 
 
 # --------------------------------------------------------------------------- CT + NMST
