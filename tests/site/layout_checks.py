@@ -68,6 +68,24 @@ def page_width_problems(driver, max_listed: int = 6) -> list[str]:
             f"sticking out: " + "; ".join(wide[-max_listed:])]
 
 
+_PRINTED_JS = r"""
+const root = document.querySelector('article.bd-article') || document.body;
+return [...root.querySelectorAll(
+    'div.cell_output .output.stream pre, div.cell_output .output.text_plain pre')]
+  .filter(pre => pre.clientWidth > 0 && pre.scrollWidth > pre.clientWidth + 1)
+  .map(pre => ({width: pre.scrollWidth, box: pre.clientWidth,
+                line: (pre.textContent.split('\n').sort((a, b) => b.length - a.length)[0] || '').slice(0, 60)}));
+"""
+
+
+def printed_output_problems(driver, max_listed: int = 4) -> list[str]:
+    """What a cell printed scrolls sideways inside its box (on a phone it should wrap, as the
+    book's style sheet makes it: a reader cannot see the end of a line without scrolling it)."""
+    wide = driver.execute_script(_PRINTED_JS)
+    return [f"printed output {w['width']} px wide in a {w['box']} px box, e.g. {w['line']!r}"
+            for w in wide[:max_listed]]
+
+
 # --------------------------------------------------------------------------- 2. figures
 
 _FIGURES_JS = r"""

@@ -2,7 +2,8 @@
 
 * both sidebar toggles open (or close and reopen) their panel at 390 px and at 1,280 px, and a
   link in the opened panel navigates: a reader on a phone reaches every chapter;
-* no page is wider than the screen at 390 px (nothing scrolls sideways);
+* no page is wider than the screen at 390 px (nothing scrolls sideways), and what a cell printed
+  wraps inside its box there;
 * every figure is drawn at about the size the column shows it at 1,280 px (intrinsic width at
   most 1.25x the displayed width) and links to its full-size image;
 * nothing of the build machine on a page (no absolute path, no stderr block);
@@ -101,7 +102,7 @@ def test_page_is_no_wider_than_a_phone(site, browser, docname, layout_metrics, s
     path = _built(site, docname)
     _load(browser, path, PHONE)
     width = layout.page_width(browser)
-    problems = layout.page_width_problems(browser)
+    problems = layout.page_width_problems(browser) + layout.printed_output_problems(browser)
     # the top of the page as a phone shows it, for the record (a reader's first screen)
     layout.keep_screenshot(browser.save_screenshot, screenshots / f"phone__{docname.replace('/', '__')}.png")
     browser.set_window_size(*DESKTOP)

@@ -58,6 +58,27 @@ def test_page_width_check_passes_a_table_that_scrolls_in_its_own_box(phone, tmp_
     assert layout.page_width_problems(phone) == []
 
 
+_PRINTED = ("<div class='cell_output'><div class='output stream'><div class='highlight'><pre>"
+            "r_nt(L) of every decoder at L = 10, 100, 1000: " + "0.0123 " * 30 + "</pre></div></div></div>")
+_THEME_PRE = "div.highlight pre { overflow-x: auto; white-space: pre }"
+
+
+def test_printed_output_check_finds_a_line_that_scrolls_in_its_box(phone, tmp_path):
+    phone.get(_page(tmp_path, _PRINTED, style=_THEME_PRE))
+    problems = layout.printed_output_problems(phone)
+    assert problems and "r_nt(L) of every decoder" in problems[0], problems
+    assert layout.page_width_problems(phone) == []  # the page itself does not scroll
+
+
+def test_printed_output_check_passes_the_books_style_sheet(phone, tmp_path):
+    """The book's own rule (book/_assets/site/nmst-book.css) makes the planted line wrap."""
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parents[2] / "book" / "_assets" / "site" / "nmst-book.css").read_text()
+    phone.get(_page(tmp_path, _PRINTED, style=_THEME_PRE + css))
+    assert layout.printed_output_problems(phone) == []
+
+
 def test_page_width_check_finds_long_inline_code(phone, tmp_path):
     phone.get(_page(tmp_path, "<p>call <code style='white-space:nowrap'>"
                     "nmst_lib.experiments.results.published_results_dir_of_a_very_long_name()</code></p>"))
