@@ -20,7 +20,6 @@ timed is the one of this checkout; this module does the same for itself.
 
 from __future__ import annotations
 
-import datetime
 import os
 import platform
 import shlex
@@ -95,6 +94,7 @@ def stamp(device: torch.device | str, *, script: str | os.PathLike, argv: list[s
     library = code["git_sha"] is not None and Path(repo_root()).resolve() != ROOT
     bench = benchmarks_dirty()
     dirty = _either(code["git_dirty"], bench)
+    env = _results.environment_info(device)  # the fields every result is stamped with
     record = {
         "schema": SCHEMA,
         "git_sha": code["git_sha"],
@@ -102,14 +102,14 @@ def stamp(device: torch.device | str, *, script: str | os.PathLike, argv: list[s
         "library_dirty": code["git_dirty"],
         "benchmarks_dirty": bench,
         "nmst_lib": code["nmst_lib"],
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "platform": platform.platform(terse=True),
+        "python": env["python"],
+        "torch": env["torch"],
+        "platform": env["platform"],
         "device_type": device.type,
         "device": device_description(device),
-        "threads": torch.get_num_threads(),
+        "threads": env["threads"],
         "command": command(script, argv),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date_utc": _results.utc_now(),
     }
     if library:  # nmst_lib came from another checkout than this script: its SHA is not this one's
         record["library_checkout"] = str(repo_root())
