@@ -86,6 +86,7 @@ __all__ = [
     "entmax_bisect",
     "entmax",
     "entmax_threshold",
+    "entmax_support",
     "tsallis_entropy",
     "entmax_loss",
     "log_entmax",
@@ -713,6 +714,30 @@ def entmax_threshold(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
         _check_rows(z.amax(dim, keepdim=True).detach())
         return torch.logsumexp(z, dim, keepdim=True)
     return _half_wrap(_ThresholdFunction.apply, z, a, dim)
+
+
+def entmax_support(z: torch.Tensor, alpha, dim: int = -1) -> torch.Tensor:
+    r"""The support of alpha-entmax of ``z``: a bool tensor of ``z``'s shape, True where p > 0.
+
+    Token j is in the support when :math:`(\alpha-1) z_j > \tau` (Martins et al. 2020, Eq. 3;
+    Chapter 8, 08_sparse). The comparison is made where :func:`entmax` makes it, on the scores
+    shifted by their maximum, :math:`(\alpha-1)(z_j - \max z)` against the threshold in those
+    coordinates: shifting the threshold back to ``z``'s own coordinates rounds it, and one ulp
+    inside the gap a token could be in the support while the unshifted comparison said not. So
+    the support is exactly where :func:`entmax` is positive, except where a probability
+    ``(X_j - tau)^{1/(alpha-1)}`` too small for the dtype rounds to zero (alpha near 1 in
+    float32), where the support still says True. ``alpha = 1`` (softmax): every finite
+    score. ``-inf`` scores are never in it. No gradient.
+    """
+    dim = _check_scores(z, dim)
+    a = _check_alpha_number(alpha)
+    z = z.detach()
+    if a == 1.0:
+        _check_rows(z.amax(dim, keepdim=True))
+        return z > -math.inf
+    dtype = _compute_dtype(z)
+    X, _, tau = _shifted_threshold(z.to(dtype), a, dim)
+    return X > tau
 
 
 # How far from 1 a distribution may sum, per dtype (summation error of V rounded terms); the

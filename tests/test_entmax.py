@@ -20,6 +20,7 @@ from nmst_lib.entmax import (
     entmax15,
     entmax_bisect,
     entmax_loss,
+    entmax_support,
     entmax_threshold,
     log_entmax,
     sparsemax,
@@ -691,3 +692,72 @@ def test_entmax_loss_at_logits_of_1e4_in_float32_matches_the_fenchel_young_loss_
     assert got.dtype == torch.float32 and (got >= 0).all()
     torch.testing.assert_close(got.to(F64), want, rtol=1e-5, atol=2e-3)  # 2e-3: float32 ulps of 1e4
     assert float(got[0]) > 1.9e4  # a target at -1e4 costs about the gap to the top, 2e4
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.3, 1.5, 2.0, 2.5, 3.0])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("scale", [1.0, 1e4])
+def test_entmax_support_is_where_entmax_is_positive(alpha, dtype, scale):
+    gen = torch.Generator().manual_seed(3)
+    z = (torch.randn(64, 20, generator=gen, dtype=F64) * scale).to(dtype)
+    z[0, 4] = -math.inf
+    support = entmax_support(z, alpha)
+    assert support.dtype == torch.bool and support.shape == z.shape
+    if alpha == 1.0:
+        assert torch.equal(support, torch.isfinite(z))
+    else:
+        assert torch.equal(support, entmax(z, alpha) > 0)
+        assert not bool(support.all(-1).any())
+    assert not bool(support[0, 4])
+    # along another dim: the same mask, transposed
+    assert torch.equal(entmax_support(z.T, alpha, dim=0), support.T)
+
+
+@pytest.mark.parametrize("alpha", [1.25, 1.5, 2.0, 3.0])
+def test_entmax_support_agrees_with_entmax_one_ulp_from_the_gap(alpha):
+    """Where z_max - z_v is 1/(alpha - 1) to one ulp, the support decides
+    as entmax does (in scores shifted by their maximum). The threshold moved
+    back to z's own coordinates rounds: at alpha = 3, z = (3, 2.5 + ulp, 1),
+    (alpha - 1) z_1 <= tau held there while entmax gave token 1 about 1e-8."""
+    gap = 1.0 / (alpha - 1.0)
+    for top in (0.0, 3.0, -8.0, 1e3):
+        for v in (math.nextafter(top - gap, math.inf), top - gap,
+                  math.nextafter(top - gap, -math.inf)):
+            z = torch.tensor([top, v, top - 4 * gap], dtype=F64)
+            assert torch.equal(entmax_support(z, alpha), entmax(z, alpha) > 0)
+    z = torch.tensor([3.0, math.nextafter(2.5, math.inf), 1.0], dtype=F64)
+    assert float(entmax(z, 3.0)[1]) > 0 and bool(entmax_support(z, 3.0)[1])
+
+
+def test_entmax_support_keeps_a_token_whose_probability_underflows():
+    """alpha = 1.05 in float32: p = (X - tau)^20 rounds to zero for
+    X - tau = 2e-3 (about 1e-54), but the token is in the support."""
+    alpha = 1.05
+    z = torch.tensor([0.0, -1.0, -25.0])
+    tau = float(entmax_threshold(z, alpha))
+    z[2] = (tau + 2e-3) / (alpha - 1.0)
+    assert float(entmax(z, alpha)[2]) == 0.0
+    assert bool(entmax_support(z, alpha)[2])
+
+
+def test_entmax_support_of_half_precision_scores_is_computed_in_float32():
+    z = torch.randn(16, 9, generator=torch.Generator().manual_seed(5))
+    for dtype in (torch.float16, torch.bfloat16):
+        zh = z.to(dtype)
+        support = entmax_support(zh, 1.5)
+        assert torch.equal(support, entmax(zh.float(), 1.5) > 0)
+        # entmax's half output rounds the smallest probabilities to zero
+        assert bool(support[entmax(zh, 1.5) > 0].all())
+
+
+def test_entmax_support_checks_its_arguments():
+    with pytest.raises(ValueError, match="floating-point dtype"):
+        entmax_support(torch.zeros(3, dtype=torch.long), 1.5)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        entmax_support([0.0, 1.0], 1.5)
+    with pytest.raises(ValueError, match="alpha"):
+        entmax_support(torch.zeros(3), 0.5)
+    with pytest.raises(ValueError):
+        entmax_support(torch.full((3,), -math.inf), 1.5)
+    z = torch.randn(5, requires_grad=True)
+    assert not entmax_support(z, 1.5).requires_grad

@@ -95,12 +95,22 @@ def test_a_gap_of_exactly_one_over_alpha_minus_one_gives_probability_zero(
         z = torch.tensor([top, top - gap, top - 4 * gap], dtype=F64)
         assert float(entmax(z, alpha)[1]) == 0.0
         assert bool(entmax_excludes(z, 1, alpha))
-    # one ulp inside the gap, the token is in the support (top = 0: the
-    # threshold in unshifted coordinates is then as exact as the shifted one)
+    # one ulp inside the gap, the token is in the support
     inside = math.nextafter(-gap, math.inf)
     z = torch.tensor([0.0, inside, -4 * gap], dtype=F64)
     assert float(entmax(z, alpha)[1]) > 0.0
     assert not bool(entmax_excludes(z, 1, alpha))
+    # with z_max != 0 too: the criterion is decided in entmax's shifted
+    # coordinates (deciding it against tau moved back to z's coordinates
+    # excluded z = (3, 2.5 + ulp, 1) at alpha = 3, where entmax gives ~1e-8)
+    for top in (3.0, -8.0, 1e3):
+        z = torch.tensor([top, math.nextafter(top - gap, math.inf),
+                          top - 4 * gap], dtype=F64)
+        positive = float(entmax(z, alpha)[1]) > 0.0
+        assert bool(entmax_excludes(z, 1, alpha)) == (not positive)
+    z = torch.tensor([3.0, math.nextafter(2.5, math.inf), 1.0], dtype=F64)
+    assert float(entmax(z, 3.0)[1]) > 0.0
+    assert not bool(entmax_excludes(z, 1, 3.0))
 
 
 @pytest.mark.parametrize("alpha", [1.0, 1.3, 1.5, 2.0, 2.5])

@@ -11,7 +11,7 @@ import math
 import torch
 
 from .._validation import check_eps, check_index, check_positive_int
-from ..entmax import entmax_threshold
+from ..entmax import entmax_support
 from ..heads import (
     EntmaxHead,
     NMSTEntmaxHead,
@@ -66,9 +66,11 @@ def entmax_excludes(
 
     The exact criterion ``(alpha - 1) z_index <= tau(z)`` with the threshold tau of
     :func:`nmst_lib.entmax.entmax_threshold` (Martins et al. (2020), eq. 3; Chapter 8,
-    08_sparse, Proposition); the sufficient gap is :func:`entmax_eos_gap`. Returns a bool tensor
-    of ``z``'s shape without ``dim``. ``alpha = 1`` (softmax) gives False wherever ``z_index``
-    is finite; a ``-inf`` score is always excluded.
+    08_sparse, Proposition), decided as :func:`nmst_lib.entmax.entmax_support` decides it, in
+    the shifted coordinates :func:`nmst_lib.entmax.entmax` computes in, so that the two agree
+    to the last bit; the sufficient gap is :func:`entmax_eos_gap`. Returns a bool tensor of
+    ``z``'s shape without ``dim``. ``alpha = 1`` (softmax) gives False wherever ``z_index`` is
+    finite; a ``-inf`` score is always excluded.
     """
     if not isinstance(z, torch.Tensor) or not z.is_floating_point():
         raise TypeError("z must be a floating-point torch.Tensor of scores")
@@ -76,11 +78,7 @@ def entmax_excludes(
         raise ValueError("z must have at least one dimension (the vocabulary)")
     alpha = _check_alpha(alpha)
     index = check_index(index, z.shape[dim], "index")
-    z_index = z.select(dim, index)
-    if alpha == 1.0:
-        return z_index == -math.inf
-    tau = entmax_threshold(z, alpha, dim=dim).squeeze(dim)
-    return ((alpha - 1.0) * z_index <= tau) | (z_index == -math.inf)
+    return ~entmax_support(z, alpha, dim=dim).select(dim, index)
 
 
 def nmst_sampling_nontermination_bound(eps, max_len: int) -> float:
