@@ -35,8 +35,10 @@
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import re
+from pathlib import Path
 
 from sphinx.pycode import ModuleAnalyzer
 from sphinx.transforms import SphinxTransform
@@ -155,9 +157,70 @@ class _RemoveSolutions(SphinxTransform):
                 node.parent.remove(node)
 
 
+# ------------------------------------------------------------------ measured grading times
+#: What scripts/measure_grading.py writes: seconds to grade each assignment's solutions.
+GRADING_TIMES = Path(__file__).resolve().parents[2] / "assignments" / "grading_times.json"
+_SHORT_NAME = {"a1_decoding": "a1", "a2_self_terminating": "a2", "a3_experiments": "a3",
+               "a4_sparse_temperature": "a4"}
+_ROUNDS_IN_WORDS = {1: "once", 2: "twice", 3: "three times", 4: "four times"}
+_TIMES_IN_WORDS = {2: "twice", 3: "three times", 4: "four times", 5: "five times",
+                   6: "six times", 7: "seven times", 8: "eight times", 9: "nine times",
+                   10: "ten times"}
+
+
+def _span(values) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.0f} s" if round(low) == round(high) else f"{low:.0f}-{high:.0f} s"
+
+
+def grading_substitutions(record: dict | None, timeout_s: float = 900.0) -> dict:
+    """The instructors' page's measured grading times, in words, from ``assignments/grading_times.json``.
+
+    ``grading_times``: one sentence per measurement, with the machine, its load, the date and the
+    commit; ``grading_timeout_margin``: how many times the slowest grading the default limit is
+    (rounded down, in words). Without a record both say that nothing was measured.
+    """
+    if not record:
+        return {"grading_times": "We have not measured grading times on this edition "
+                                 "(`scripts/measure_grading.py` writes them).",
+                "grading_timeout_margin": "a limit we have not compared with a measured grading"}
+    stamp, rows = record["provenance"], record["assignments"]
+    parts = []
+    for name, row in rows.items():
+        sandbox, trusted = row["seconds"]["sandbox"], row["seconds"]["trusted"]
+        parts.append(f"{_SHORT_NAME.get(name, name)} {_span(sandbox)} in the sandbox and "
+                     f"{_span(trusted)} without it")
+    slowest = max(max(max(v) for v in row["seconds"].values()) for row in rows.values())
+    peak = max(row["peak_bytes"] for row in rows.values()) / 2**30
+    load = stamp["load_average_before"][0], stamp["load_average_after"][0]
+    sentence = (
+        f"We graded each assignment's solutions {_ROUNDS_IN_WORDS.get(stamp['rounds'], str(stamp['rounds']) + ' times')} in each mode on "
+        f"{stamp['cpu_count']} CPU cores shared with other jobs (load average "
+        f"{min(load):.1f}-{max(load):.1f}; {stamp['started'][:10]}, commit "
+        f"`{stamp['git_sha'][:7]}`, `scripts/measure_grading.py`): "
+        + "; ".join(parts)
+        + f". No grading's largest process used more than {peak:.1f} GiB."
+    )
+    ratio = int(timeout_s // slowest)
+    margin = (f"{_TIMES_IN_WORDS.get(ratio, f'{ratio} times')} the slowest ({slowest:.0f} s)"
+              if ratio >= 2 else f"close to the slowest ({slowest:.0f} s)")
+    return {"grading_times": sentence, "grading_timeout_margin": margin}
+
+
+def _add_grading_substitutions(app, config):
+    record = None
+    if GRADING_TIMES.is_file():
+        record = json.loads(GRADING_TIMES.read_text(encoding="utf-8"))
+    from nmst_lib.classroom.grading import DEFAULT_LIMITS
+
+    config.myst_substitutions = {**(config.myst_substitutions or {}),
+                                 **grading_substitutions(record, DEFAULT_LIMITS.timeout_s)}
+
+
 def setup(app):
     app.add_config_value("nmst_course_edition", False, "env")
     app.add_transform(_RemoveSolutions)
+    app.connect("config-inited", _add_grading_substitutions)
     app.connect("builder-inited", _merge_reexported_attr_docs)
     app.connect("autodoc-process-docstring", _process_docstring, priority=400)  # before napoleon (500)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
