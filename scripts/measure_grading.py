@@ -69,7 +69,8 @@ def _uncommitted() -> bool | None:
     try:
         out = subprocess.run(
             ["git", "status", "--porcelain", "--", "nmst_lib", "assignments",
-             ":(exclude)assignments/grading_times.json"],
+             ":(exclude)assignments/grading_times.json",
+             ":(exclude)nmst_lib/published_results"],
             cwd=ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None

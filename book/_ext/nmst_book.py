@@ -202,7 +202,8 @@ def grading_substitutions(record: dict | None, timeout_s: float = 900.0) -> dict
         + f". No grading's largest process used more than {peak:.1f} GiB."
     )
     ratio = int(timeout_s // slowest)
-    margin = (f"{_TIMES_IN_WORDS.get(ratio, f'{ratio} times')} the slowest ({slowest:.0f} s)"
+    more = "more than " if timeout_s / slowest > 1.02 * ratio else ""
+    margin = (f"{more}{_TIMES_IN_WORDS.get(ratio, f'{ratio} times')} the slowest ({slowest:.0f} s)"
               if ratio >= 2 else f"close to the slowest ({slowest:.0f} s)")
     return {"grading_times": sentence, "grading_timeout_margin": margin}
 

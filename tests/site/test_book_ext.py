@@ -87,8 +87,12 @@ def test_grading_times_sentence_states_each_assignment_its_machine_and_commit():
     assert "a1 20-25 s in the sandbox and 20 s without it" in sentence
     assert "a2 180-222 s in the sandbox and 170-200 s without it" in sentence
     assert "more than 1.7 GiB" in sentence
-    # 900 s // 221.7 s = 4
+    # 900 s / 221.7 s = 4.06: four times, to 2 %
     assert words["grading_timeout_margin"] == "four times the slowest (222 s)"
+    record = _grading_record()
+    record["assignments"]["a2_self_terminating"]["seconds"]["sandbox"] = [180.0, 200.0]
+    assert nmst_book.grading_substitutions(record, timeout_s=900)["grading_timeout_margin"] == (
+        "more than four times the slowest (200 s)")
 
 
 def test_grading_margin_says_so_when_the_limit_is_close_to_the_slowest():
