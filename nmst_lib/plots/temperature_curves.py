@@ -380,9 +380,11 @@ def eos_temperature_plot(
         styles: matplotlib keyword arguments per label.
 
     A temperature does not set eos's probability by itself: a lower
-    temperature sharpens the logit ``z_eos / T_eos``, which helps eos only
-    where ``z_eos`` is large (Chapter 9, ``09_temperature``). Returns the
-    figure.
+    ``T_eos`` raises ``z_eos / T_eos`` only where ``z_eos`` is positive (where
+    it is negative a higher one does), and no temperature in the range makes
+    eos the most probable token unless its logit is close enough to the top
+    (Chapter 9, ``09_temperature``, the proposition on per-token
+    temperatures). Returns the figure.
     """
     data = _check_band_series(series, "distance")
     styles = dict(styles or {})
