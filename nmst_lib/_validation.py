@@ -47,6 +47,24 @@ def is_integer_tensor(x) -> bool:
             and x.dtype != torch.bool)
 
 
+def check_token_ids(tokens, vocab_size: int, name: str) -> torch.Tensor:
+    """Check that ``tokens`` is a torch tensor of token ids (not floating point or complex)
+    whose values lie in ``[0, vocab_size)``, and return it."""
+    if (
+        not isinstance(tokens, torch.Tensor)
+        or tokens.is_floating_point()
+        or tokens.is_complex()
+    ):
+        raise TypeError(f"{name} must be an integer torch.Tensor of token ids")
+    if tokens.numel() and (
+        int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size
+    ):
+        raise ValueError(
+            f"{name} must hold token ids in [0, {vocab_size}), got values outside"
+        )
+    return tokens
+
+
 def check_positive_int(value, name: str, minimum: int = 1) -> int:
     """Check that ``value`` is an integer >= ``minimum`` and return it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from .._validation import check_index, check_positive_int
+from .._validation import check_index, check_positive_int, check_token_ids
 
 __all__ = [
     "InconsistentRNN",
@@ -108,21 +108,8 @@ class InconsistentRNN:
         return logits - torch.logsumexp(logits, dim=-1, keepdim=True)
 
     def _check_tokens(self, tokens: torch.Tensor, name: str) -> torch.Tensor:
-        if (
-            not isinstance(tokens, torch.Tensor)
-            or tokens.is_floating_point()
-            or tokens.is_complex()
-        ):
-            raise TypeError(
-                f"{name} must be an integer torch.Tensor of token ids"
-            )
-        if tokens.numel() and (
-            int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size
-        ):
-            raise ValueError(
-                f"{name} must hold token ids in [0, {self.vocab_size}), got values outside"
-            )
-        return tokens.to(self.device)
+        """``tokens`` checked as ids of this vocabulary, on the model's device."""
+        return check_token_ids(tokens, self.vocab_size, name).to(self.device)
 
     def initial_state(self, contexts: torch.Tensor):
         """``h_0 = g(C)``: ``h_init`` run through the recurrence over the context ``[B, k]`` (k >= 0).
