@@ -192,6 +192,14 @@ def _transient_index(vocab_size: int, eos_id: int, device) -> torch.Tensor:
     return torch.cat([torch.arange(0, eos_id, device=device), torch.arange(eos_id + 1, vocab_size, device=device)])
 
 
+def _absorbing_chain(kernel: torch.Tensor, eos_id: int):
+    """The kernel q checked (float64), the transient (non-eos) tokens T, Q = q[T, T] and
+    r = q[T, eos]: the blocks of the absorbing chain that every exact calculation below reads."""
+    kernel = _check_kernel(kernel, eos_id)
+    transient = _transient_index(kernel.shape[0], eos_id, kernel.device)
+    return kernel, transient, kernel[transient][:, transient], kernel[transient, eos_id]
+
+
 def _one_minus_kernel(kernel: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
     """I - q[S, S] for the states S, with the diagonal computed without cancellation.
 
@@ -236,11 +244,7 @@ def absorption_probabilities(kernel: torch.Tensor, eos_id: int) -> torch.Tensor:
     context may end in any token). Float64, shape [V]. The consistency of Welleck et al.
     (2020), Def. 3.2 is x == 1 (Chapters 2-3).
     """
-    kernel = _check_kernel(kernel, eos_id)
-    vocab_size = kernel.shape[0]
-    transient = _transient_index(vocab_size, eos_id, kernel.device)
-    Q = kernel[transient][:, transient]
-    r = kernel[transient, eos_id]
+    kernel, transient, Q, r = _absorbing_chain(kernel, eos_id)
     reaches = _can_reach(Q > 0, r > 0)
     a = torch.zeros(transient.shape[0], dtype=torch.float64, device=kernel.device)
     live = reaches.nonzero().squeeze(1)
@@ -258,12 +262,8 @@ def expected_lengths(kernel: torch.Tensor, eos_id: int) -> torch.Tensor:
     reached terminates with probability < 1 and gets ``inf`` (decided by reachability, not a
     tolerance). Float64, shape [V] (Chapters 2-3).
     """
-    kernel = _check_kernel(kernel, eos_id)
-    vocab_size = kernel.shape[0]
+    kernel, transient, Q, r = _absorbing_chain(kernel, eos_id)
     device = kernel.device
-    transient = _transient_index(vocab_size, eos_id, device)
-    Q = kernel[transient][:, transient]
-    r = kernel[transient, eos_id]
     reaches = _can_reach(Q > 0, r > 0)
     # transient states that can reach a trapped state (one that never reaches eos)
     leaks = _can_reach(Q > 0, ~reaches)
@@ -289,14 +289,12 @@ def survival_curve(kernel: torch.Tensor, eos_id: int, start_token, Ls) -> torch.
     of Choi et al. (2023), eq. 11 (Chapters 2-3). ``start_token`` is one token id (returns a
     float64 tensor of len(Ls)) or a 1-D tensor/list of n ids (returns [n, len(Ls)]).
     """
-    kernel = _check_kernel(kernel, eos_id)
+    kernel, transient, Q, _ = _absorbing_chain(kernel, eos_id)
     vocab_size = kernel.shape[0]
     single = not isinstance(start_token, (torch.Tensor, list, tuple))
     starts = [start_token] if single else list(torch.as_tensor(start_token).reshape(-1).tolist())
     starts = torch.tensor([check_index(s, vocab_size, "start_token") for s in starts], device=kernel.device)
     Ls = _check_steps(Ls)
-    transient = _transient_index(vocab_size, eos_id, kernel.device)
-    Q = kernel[transient][:, transient]
     pi = kernel[starts][:, transient]  # [n, |T|]: mass on each non-eos token after step 1
     survival = [pi.sum(-1)]
     for _ in range(int(Ls.max()) - 1):  # a loop over steps (not tokens or rows): pi_{t+1} = pi_t Q
