@@ -235,6 +235,24 @@ class _SelfTerminatingBase(OutputHead):
         _check_eos_vocab(logits, eos_id)
         return logits, eos_id, (None if context_mask is None else ~context_mask)
 
+    def _prepare_steps(self, logits, context_mask):
+        """:meth:`_prepare` and the step ``t`` of every position for teacher forcing (NMST,
+        NMST-entmax): ``t = cumsum(~context_mask)``, or ``1, 2, ..., T`` without a mask."""
+        logits, eos_id, is_step = self._prepare(logits, context_mask)
+        if is_step is None:
+            t = torch.arange(1, logits.shape[-2] + 1, device=logits.device)
+        else:
+            t = torch.cumsum(is_step, dim=-1)
+        return logits, eos_id, is_step, t
+
+    def _prepare_step(self, logits, state, kind: str):
+        """One decoding step's checked ``logits [B, V]`` and the eos id (``kind``: what the
+        state holds, as in ``_check_step_inputs``)."""
+        logits = _check_step_inputs(logits, state, kind)
+        eos_id = self.resolve_eos_id(logits.shape[-1])
+        _check_eos_vocab(logits, eos_id)
+        return logits, eos_id
+
     def token_losses(self, logits, targets, context_mask=None):
         """``-log p(y_t)`` per position (Choi, Cho, Lee (2023), eq. 3), bit for bit the entry of
         :meth:`forward`, computed fused: one log-softmax pass over the non-eos logits forward,
@@ -270,9 +288,7 @@ class STHead(_SelfTerminatingBase):
         return torch.zeros(_check_batch_size(batch_size), device=device)
 
     def step(self, logits, state):
-        logits = _check_step_inputs(logits, state, "log_keep")
-        eos_id = self.resolve_eos_id(logits.shape[-1])
-        _check_eos_vocab(logits, eos_id)
+        logits, eos_id = self._prepare_step(logits, state, "log_keep")
         log1m_eps = self.log1m_eps
 
         def rule(eos_logits, log_keep_before):
@@ -296,11 +312,7 @@ class NMSTHead(_SelfTerminatingBase):
 
     def _teacher_forcing_rule(self, logits, context_mask):
         """``(logits, eos_id, eos_rule)`` of :meth:`forward` (shared with :func:`nll_token_losses`)."""
-        logits, eos_id, is_step = self._prepare(logits, context_mask)
-        if is_step is None:
-            t = torch.arange(1, logits.shape[-2] + 1, device=logits.device)
-        else:
-            t = torch.cumsum(is_step, dim=-1)
+        logits, eos_id, is_step, t = self._prepare_steps(logits, context_mask)
         log1m_eps = self.log1m_eps
         return logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t, is_step)
 
@@ -312,9 +324,7 @@ class NMSTHead(_SelfTerminatingBase):
         return torch.zeros(_check_batch_size(batch_size), dtype=torch.long, device=device)
 
     def step(self, logits, state):
-        logits = _check_step_inputs(logits, state, "steps")
-        eos_id = self.resolve_eos_id(logits.shape[-1])
-        _check_eos_vocab(logits, eos_id)
+        logits, eos_id = self._prepare_step(logits, state, "steps")
         t = state + 1
         log1m_eps = self.log1m_eps
         return _log_probs_with_eos_rule(logits, eos_id, lambda z: _nmst_rule(z, log1m_eps, t)), t
@@ -404,11 +414,7 @@ class NMSTEntmaxHead(_SelfTerminatingBase):
         self.alpha = _check_alpha(alpha)
 
     def _steps_and_rule(self, logits, context_mask):
-        logits, eos_id, is_step = self._prepare(logits, context_mask)
-        if is_step is None:
-            t = torch.arange(1, logits.shape[-2] + 1, device=logits.device)
-        else:
-            t = torch.cumsum(is_step, dim=-1)
+        logits, eos_id, is_step, t = self._prepare_steps(logits, context_mask)
         log_p_eos, log_keep = _nmst_rule(logits[..., eos_id], self.log1m_eps, t, is_step)
         return logits, eos_id, log_p_eos, log_keep
 
@@ -420,9 +426,7 @@ class NMSTEntmaxHead(_SelfTerminatingBase):
         return torch.zeros(_check_batch_size(batch_size), dtype=torch.long, device=device)
 
     def step(self, logits, state):
-        logits = _check_step_inputs(logits, state, "steps")
-        eos_id = self.resolve_eos_id(logits.shape[-1])
-        _check_eos_vocab(logits, eos_id)
+        logits, eos_id = self._prepare_step(logits, state, "steps")
         t = state + 1
         log_p_eos, log_keep = _nmst_rule(logits[:, eos_id], self.log1m_eps, t)
         return _nmst_entmax_assemble(logits, eos_id, self.alpha, log_p_eos, log_keep), t
