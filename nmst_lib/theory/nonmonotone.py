@@ -132,35 +132,10 @@ def remark1_dataset(counts: tuple[int, int] = (1, 1)) -> RemarkOneDataset:
         raise ValueError(
             f"counts must be two positive integers (one per sequence), got {counts!r}"
         )
-    short = ("I", "am", "a", "boy", "<eos>")
-    long = (
-        "I",
-        "am",
-        "a",
-        "boy",
-        ",",
-        "and",
-        "you",
-        "are",
-        "a",
-        "girl",
-        ".",
-        "<eos>",
-    )
-    vocab = (
-        "<bos>",
-        "I",
-        "am",
-        "a",
-        "boy",
-        ",",
-        "and",
-        "you",
-        "are",
-        "girl",
-        ".",
-        "<eos>",
-    )
+    short = tuple("I am a boy <eos>".split())
+    long = tuple("I am a boy , and you are a girl . <eos>".split())
+    # <bos>, then every word of the long sequence in order of first use
+    vocab = ("<bos>", *dict.fromkeys(long))
     return RemarkOneDataset(
         vocab=vocab,
         context=("<bos>",),
