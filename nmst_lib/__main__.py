@@ -502,6 +502,14 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _assignments_folder(args) -> str:
+    """Where ``assignments build`` writes the editions and ``assignments grade`` finds them:
+    ``--out``, else ``_build/assignments`` in the repository."""
+    from .classroom.build import repository_root
+
+    return args.out or str(repository_root() / "_build" / "assignments")
+
+
 def _cmd_assignments(args) -> int:
     from .classroom import ASSIGNMENTS
     from .classroom.build import build_assignments
@@ -518,9 +526,7 @@ def _cmd_assignments(args) -> int:
                                for q in entry["questions"])
                 _log(f"[assignments] {name}: {entry['autograded_points']:g} autograded + "
                      f"{entry['manual_points']:g} manual points ({qs})")
-        from .classroom.build import repository_root
-
-        out = args.out or str(repository_root() / "_build" / "assignments")
+        out = _assignments_folder(args)
         _log(f"[assignments] editions in {out}: <id>/student/, <id>/<id>-student.zip, <id>/instructor/, "
              "<id>/<id>-autograder.zip")
         provenance = index["provenance"]
@@ -532,9 +538,7 @@ def _cmd_assignments(args) -> int:
     assignment, submissions = args.items[0], args.items[1:]
     if assignment not in ASSIGNMENTS:
         raise ValueError(f"unknown assignment {assignment!r}; the assignments are {', '.join(ASSIGNMENTS)}")
-    from .classroom.build import repository_root
-
-    out = args.out or str(repository_root() / "_build" / "assignments")
+    out = _assignments_folder(args)
     zip_path = os.path.join(out, assignment, f"{assignment}-autograder.zip")
     if not os.path.isfile(zip_path):
         raise ValueError(f"no autograder at {zip_path}: run `python -m nmst_lib assignments build --only {assignment}` first")
