@@ -21,6 +21,7 @@ import importlib
 import os
 
 import pytest
+import torch
 from hypothesis import settings
 
 # Property tests draw the same examples on every run (derandomize), so CI cannot go red by chance:
@@ -44,6 +45,29 @@ from datasources import (
     write_tiny_bpe_tokenizer,
 )
 from nmst_lib import data as D
+
+
+def _one_torch_thread():
+    """torch on one CPU thread until the fixture ends, then the count it had: the tests' models
+    and tensors are tiny, so one thread is the fastest on the shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch CPU thread for a test; a module asks for it for all of its tests with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    yield from _one_torch_thread()
+
+
+@pytest.fixture(scope="module")
+def one_thread_per_module():
+    """One torch CPU thread for a whole test module, set before its module-scoped fixtures
+    (a model they train once for the module trains on one thread too)."""
+    yield from _one_torch_thread()
 
 
 @pytest.fixture(scope="module")

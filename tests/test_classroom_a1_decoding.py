@@ -24,14 +24,7 @@ from nmst_lib.markov import survival_curve
 from nmst_lib.metrics import rnt_curve
 from nmst_lib.theory import inconsistent_rnn
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The checks work on tiny tensors: one thread is much faster on a busy CPU (as in the notebook)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ----------------------------------------------------------------------------- reference and buggy code

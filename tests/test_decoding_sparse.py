@@ -30,12 +30,7 @@ INF = math.inf
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sparse_table(vocab_size=8, alpha=2.0, scale=2.0, seed=0, eos_zero=False) -> MarkovLM:

@@ -42,15 +42,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 # Every test here reads the fixture corpus (tests/fixtures/data, through NMST_DATA_DIR), with or
 # without the real WikiText-2: they test the pipeline, not the data (see tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("fixture_data_env")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models; also keeps the in-process and subprocess runs bitwise comparable
-    yield
-    torch.set_num_threads(before)
+# One torch thread (tests/conftest.py): tiny models; it also keeps the in-process and subprocess runs
+# bitwise comparable.
+pytestmark = pytest.mark.usefixtures("fixture_data_env", "one_thread_per_module")
 
 
 def quick(head="nmst", eps=1e-2, **kw):

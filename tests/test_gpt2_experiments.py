@@ -28,12 +28,7 @@ from nmst_lib.experiments.results import CURRENT, MISSING, STALE, StoredResult
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread_per_module")
 
 
 # ------------------------------------------------------------------ synthetic results

@@ -48,12 +48,7 @@ from nmst_lib.models import GPT2LM
 train_module = importlib.import_module("nmst_lib.experiments.trainer")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread_per_module")
 
 
 def _data_root(tmp_path, tokenizer_dir):

@@ -39,15 +39,7 @@ from nmst_lib.experiments.config import (
 sparse = importlib.import_module("nmst_lib.experiments.sparse")
 REPO = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.usefixtures("fixture_data_env")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("fixture_data_env", "one_thread_per_module")
 
 
 # ------------------------------------------------------------------------------- configs

@@ -40,18 +40,10 @@ from nmst_lib.temperature import ContextualHead
 T = importlib.import_module("nmst_lib.experiments.temperature_suite")
 sparse = importlib.import_module("nmst_lib.experiments.sparse")
 
-pytestmark = pytest.mark.usefixtures("fixture_data_env")
+pytestmark = pytest.mark.usefixtures("fixture_data_env", "one_thread_per_module")
 
 CT_FIELDS = ("temperature", "temperature_a", "temperature_b", "temperature_lambda", "temperature_rank",
              "loss_scaling", "mixtures")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ------------------------------------------------------------------------------- configs

@@ -33,12 +33,7 @@ from nmst_lib.theory import (
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def contexts(vocab_size=8, repeats=30):
