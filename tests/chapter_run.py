@@ -1,7 +1,7 @@
 """Helpers for the tests that execute a chapter on a part of its published results
 (``test_partial_chapter6.py`` to ``test_partial_chapter8.py``): the cell that points the chapter's
-kernel at the copied part, a stand-in for a seed not trained yet, and readers of the executed
-notebook's glue values and Markdown."""
+kernel at the copied part, a stand-in for a seed not trained yet, readers of the executed
+notebook's glue values and Markdown, and the checks of them these tests share."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["POINT_AT", "execute_on", "glue_names", "glued", "glued_twice", "isolate", "markdown_outputs",
-           "store_as_seed"]
+__all__ = ["POINT_AT", "check_model_names", "execute_on", "glue_names", "glued", "glued_once", "glued_twice",
+           "isolate", "markdown_outputs", "store_as_seed"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,6 +64,25 @@ def glued_twice(nb) -> list[str]:
     names = [o["metadata"]["scrapbook"]["name"] for cell in nb.cells for o in cell.get("outputs", [])
              if o.get("metadata", {}).get("scrapbook")]
     return sorted({n for n in names if names.count(n) > 1})
+
+
+def glued_once(nb, wanted: set[str]) -> dict[str, str]:
+    """The executed chapter's glue values (:func:`glued`), after checking what the website build
+    needs of them: no key glued twice (:func:`glued_twice`; the book build fails on one) and every
+    key in ``wanted`` (the keys the chapter's prose uses, :func:`glue_names`) set."""
+    values = glued(nb)
+    twice = glued_twice(nb)
+    assert twice == [], f"keys glued twice (the book build fails on a key glued twice): {twice}"
+    assert wanted <= set(values), sorted(wanted - set(values))
+    return values
+
+
+def check_model_names(notice: str, keys, names: dict[str, str]) -> None:
+    """The page's partial notice names the model of each result key in ``keys`` as the book names
+    it (``names``: :func:`nmst_lib.experiments.model_names`, by key without the seed), never by its
+    file name."""
+    assert all(names[re.sub(r"-seed\d+$", "", key)] in notice for key in keys), notice
+    assert "-seed" not in notice and "nounk" not in notice, notice
 
 
 def markdown_outputs(nb) -> list[str]:

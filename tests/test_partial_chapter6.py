@@ -18,10 +18,10 @@ from pathlib import Path
 import nbformat
 import pytest
 from chapter_run import (
+    check_model_names,
     execute_on,
     glue_names,
-    glued,
-    glued_twice,
+    glued_once,
     isolate,
     markdown_outputs,
 )
@@ -110,9 +110,7 @@ def test_chapter_6_renders_from_a_stored_part_of_its_suite(partial_store):
         and f"the {len(kept)} `cpu` results that are stored" in shown[0]
     ), shown
     # each as the book names its model (model_names), never by its file name
-    names = model_names(dropped)
-    assert all(names[re.sub(r"-seed\d+$", "", c.key)] in shown[0] for c in dropped), shown[0]
-    assert "-seed" not in shown[0] and "nounk" not in shown[0], shown[0]
+    check_model_names(shown[0], [c.key for c in dropped], model_names(dropped))
     # every numbered figure is drawn
     for cell in nb.cells:
         if cell.get("metadata", {}).get("mystnb", {}).get("figure"):
@@ -120,9 +118,7 @@ def test_chapter_6_renders_from_a_stored_part_of_its_suite(partial_store):
                 "image/png" in o.get("data", {}) for o in cell.outputs
             ), cell.metadata
     # every key the prose uses is set, so the website build (warnings as errors) has it
-    values = glued(nb)
-    assert glued_twice(nb) == []  # the book build fails on a key glued twice
-    assert wanted <= set(values), sorted(wanted - set(values))
+    values = glued_once(nb, wanted)
     # a finding whose models are missing is listed as not run, naming them; the page's two
     # findings that no profile runs are not run too
     counts = {

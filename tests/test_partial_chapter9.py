@@ -13,17 +13,16 @@ listed as *not run*, naming it. About 40-60 s.
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 from chapter_run import (
+    check_model_names,
     execute_on,
     glue_names,
-    glued,
-    glued_twice,
+    glued_once,
     isolate,
     markdown_outputs,
 )
@@ -74,16 +73,13 @@ def test_chapter_9_renders_from_a_stored_part_of_its_converged_suite(converged_s
     assert {"ch9_summary_counts", "ch9_ppl_verdict", "ch9_train_budget", "ch9_t4_verdict"} <= wanted
     execute_on(nb, CHAPTER, published)
 
-    values = glued(nb)
-    assert glued_twice(nb) == []  # the book build fails on a key glued twice
-    assert wanted <= set(values), sorted(wanted - set(values))
+    values = glued_once(nb, wanted)
     assert "subword pieces" in values["ch9_train_budget"] and "early stopping" in values["ch9_train_budget"]
     if missing:
         shown = [t for t in markdown_outputs(nb) if "This page is showing" in t]
+        assert len(shown) == 1, shown
         # each as the book names its model (model_names), never by its file name
-        names = model_names(temperature_suite_configs("cpu"))
-        assert len(shown) == 1 and all(names[re.sub(r"-seed\d+$", "", key)] in shown[0] for key in missing), shown
-        assert "-seed" not in shown[0] and "nounk" not in shown[0], shown[0]
+        check_model_names(shown[0], missing, model_names(temperature_suite_configs("cpu")))
     # the models of the perplexity findings that are not stored are named, never dropped (the
     # findings compare seed 0 of MoS and CT-MoS; "MoS is not stored" is also the tail of
     # "CT-MoS is not stored"; MoS+, a MoS of CT-MoS's size, has "-h" and its hidden size in its key)
