@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import pathlib
 import sys
 import time
@@ -50,6 +48,7 @@ from torch import nn
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _provenance import KEY, short_version, stamp  # noqa: E402
+from _timing import load_average, synchronize, timed, write_json  # noqa: E402
 
 from nmst_lib.decoding import decode  # noqa: E402
 
@@ -113,11 +112,6 @@ def make_contexts(rows: int, vocab_size: int, context_len: int, stop_fraction: f
     return contexts
 
 
-def synchronize(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.no_grad()
 def fixed_length_greedy(model, contexts, steps: int, device):
     """The papers' reference loop: argmax for every row at every step, no early exit.
@@ -168,21 +162,6 @@ def scheduled_early_exit(model, contexts, lengths: torch.Tensor, max_len: int, d
     return time.perf_counter() - start
 
 
-def timed_decode(model, contexts, max_len, device):
-    synchronize(device)
-    start = time.perf_counter()
-    gen = decode(model, contexts, "greedy", max_len=max_len)
-    synchronize(device)
-    return gen, time.perf_counter() - start
-
-
-def _load_average():
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=512)
@@ -224,7 +203,7 @@ def main(argv=None):
           f"{int((stop_at > 0).sum())} rows stop within 100 steps")
 
     decode(model, contexts[:8], "greedy", max_len=5)  # warm-up (allocations, kernels)
-    gen, early_exit_s = timed_decode(model, contexts, args.max_len, device)
+    gen, early_exit_s = timed(lambda: decode(model, contexts, "greedy", max_len=args.max_len), device)
     assert torch.equal(gen.lengths, expected_lengths), "the forcing schedule did not produce the planned lengths"
     assert torch.equal(gen.terminated, stop_at > 0)
     print(f"early-exit decode: {early_exit_s:.2f} s")
@@ -271,7 +250,7 @@ def main(argv=None):
         "torch": torch.__version__,
         "python": provenance["python"],
         "threads": torch.get_num_threads(),
-        "load_average_1min_at_end": _load_average(),
+        "load_average_1min_at_end": load_average(digits=2),
         "device": provenance["device"],
         "model": f"random 2-layer LSTM, hidden {args.hidden}, vocabulary {args.vocab_size}",
         "rows": args.rows,
@@ -296,11 +275,7 @@ def main(argv=None):
         KEY: provenance,
     }
     if not args.quick or args.output != RESULTS:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.output.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(tmp, args.output)  # atomic
-        print(f"wrote {args.output}")
+        write_json(args.output, result)
     return result
 
 

@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import entmax as entmax_pkg
@@ -33,26 +30,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _provenance import KEY, stamp  # noqa: E402
+from _timing import load_average, note_if_busy, timed, write_json  # noqa: E402
 
 from nmst_lib import entmax as ours  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "entmax.json"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_forward_backward(fn, logits: torch.Tensor, weights: torch.Tensor) -> float:
     """Seconds for one forward + backward of ``(fn(logits) * weights).sum()``."""
     x = logits.detach().requires_grad_()
-    _sync(logits.device)
-    start = time.perf_counter()
-    p = fn(x)
-    (p * weights).sum().backward()
-    _sync(logits.device)
-    return time.perf_counter() - start
+    return timed(lambda: (fn(x) * weights).sum().backward(), logits.device)[1]
 
 
 def main() -> None:
@@ -117,9 +105,8 @@ def main() -> None:
             print(f"{name:9s} {variant:15s} forward+backward {timing}{extra}")
     met = min(r["ours"] for r in ratios.values()) >= 1.0
     print(f"target: package/ours >= 1.0 with the defaults ({'met' if met else 'missed'})")
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    if load is not None and device.type == "cpu" and load[0] > (os.cpu_count() or 1):
-        print(f"note: load average {load[0]:.1f} on {os.cpu_count()} cores; other processes disturb these timings")
+    load = load_average()
+    note_if_busy(load, device)
 
     record = {
         "benchmark": "forward+backward of sparsemax / entmax15, backward of (p * w).sum() for a fixed random w",
@@ -133,7 +120,7 @@ def main() -> None:
         "all_seconds": times,
         "ratio_package_over_ours": ratios,
         "ratio_of_minima_package_over_ours": ratios_min,
-        "load_average_1min_at_end": None if load is None else load[0],
+        "load_average_1min_at_end": load,
         "target_ratio": 1.0,
         "entmax_package": getattr(entmax_pkg, "__version__", "1.3"),
         "torch": torch.__version__,
@@ -142,9 +129,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         KEY: provenance,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_json(args.out, record)
 
 
 if __name__ == "__main__":

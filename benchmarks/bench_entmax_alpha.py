@@ -24,11 +24,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import json
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -38,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _provenance import KEY, stamp  # noqa: E402
+from _timing import load_average, timed, write_json  # noqa: E402
 
 import nmst_lib.entmax as E  # noqa: E402
 
@@ -56,19 +54,14 @@ def fifty_halvings():
         E._exact_threshold = exact
 
 
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_loss(alpha, logits, targets, before=False) -> float:
     x = logits.detach().requires_grad_()
-    _sync(logits.device)
-    start = time.perf_counter()
-    with fifty_halvings() if before else contextlib.nullcontext():
-        E.entmax_loss(x, targets, alpha).mean().backward()
-    _sync(logits.device)
-    return time.perf_counter() - start
+
+    def loss_backward():
+        with fifty_halvings() if before else contextlib.nullcontext():
+            E.entmax_loss(x, targets, alpha).mean().backward()
+
+    return timed(loss_backward, logits.device)[1]
 
 
 def main() -> None:
@@ -114,7 +107,7 @@ def main() -> None:
         extra = "" if name not in ratios else f"   {ratios[name]:.2f}x alpha1.5 (of minima {ratios_min[name]:.2f}x)"
         print(f"{name:16s} median {1e3 * medians[name]:8.1f} ms, min {1e3 * minima[name]:8.1f} ms{extra}")
     print(f"target: alpha1.2 <= {TARGET}x alpha1.5 ({'met' if ratios['alpha1.2'] <= TARGET else 'missed'})")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load = load_average()
     record = {
         "benchmark": "forward+backward of the mean entmax loss of random targets, alpha 1.2 vs 1.5",
         "shape": [args.rows, args.vocab],
@@ -136,11 +129,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         KEY: provenance,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, args.out)  # atomic
-    print(f"wrote {args.out}")
+    write_json(args.out, record)
 
 
 if __name__ == "__main__":

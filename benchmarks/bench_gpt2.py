@@ -33,7 +33,6 @@ import argparse
 import ctypes
 import datetime
 import gc
-import json
 import os
 import statistics
 import sys
@@ -48,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _provenance import KEY, stamp  # noqa: E402
+from _timing import load_average, synchronize, timed, write_json  # noqa: E402
 
 from nmst_lib import data as D  # noqa: E402
 from nmst_lib.heads import head_from_name  # noqa: E402
@@ -59,11 +59,6 @@ SMALL = dict(n_embd=128, n_layer=2, n_head=4)
 GPT2_124M = dict(n_embd=768, n_layer=12, n_head=12)
 T4_BYTES = 15 * 2**30  # a 16 GB T4 shows about 15 GiB to PyTorch
 HEADS = (("va", None), ("st", 5e-4), ("nmst", 5e-4))
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def build(head: str, eps, sizes: dict, device, dropout: float = 0.1, seed: int = 0) -> GPT2LM:
@@ -108,11 +103,8 @@ def bench_decoding(contexts, device, steps: int, repeats: int) -> dict:
     tokens = {}
     for _ in range(repeats):
         for name, m in (("cached", model), ("uncached", uncached)):
-            _sync(device)
-            start = time.perf_counter()
-            tokens[name] = greedy(m, contexts, steps)
-            _sync(device)
-            times[name].append(time.perf_counter() - start)
+            tokens[name], seconds = timed(lambda: greedy(m, contexts, steps), device)
+            times[name].append(seconds)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
         "contexts": list(contexts.shape), "continuation_length": steps, "repeats": repeats,
@@ -190,11 +182,11 @@ def bench_training(batches, device, repeats: int) -> dict:
     tokens = sum(b.num_target_tokens for b in batches)
     for _ in range(repeats):  # interleaved
         for head, (model, opt) in runs.items():
-            _sync(device)
+            synchronize(device)
             start = time.perf_counter()
             for batch in batches:
                 train_step(model, opt, batch)
-            _sync(device)
+            synchronize(device)
             seconds[head].append(time.perf_counter() - start)
     tps = {h: [tokens / s for s in v] for h, v in seconds.items()}
     med = {h: statistics.median(v) for h, v in tps.items()}
@@ -358,7 +350,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     provenance = stamp(device, script=__file__)
-    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    load_start = load_average()
 
     found = validation_sequences()
     seqs, data_note = found if found is not None else (None, "random token ids")
@@ -387,10 +379,10 @@ def main() -> None:
         t4 = memory["t4"]
         print(f"  GPT-2 124M worst peak {t4['worst_peak_gib']} GiB vs ~15 GiB T4: {'fits' if t4['fits'] else 'does not fit'}")
 
-    load_end = os.getloadavg() if hasattr(os, "getloadavg") else None
+    load_end = load_average()
     contention = None
-    if device.type == "cpu" and load_end is not None and max(load_end[0], load_start[0]) > args.threads:
-        contention = (f"load average {load_start[0]:.1f} at start, {load_end[0]:.1f} at end on {os.cpu_count()} cores "
+    if device.type == "cpu" and load_end is not None and max(load_end, load_start) > args.threads:
+        contention = (f"load average {load_start:.1f} at start, {load_end:.1f} at end on {os.cpu_count()} cores "
                       f"with {args.threads} threads: other processes shared the CPU; interleaving spreads their load "
                       "over all variants, but absolute times are inflated")
         print("note: " + contention)
@@ -401,8 +393,7 @@ def main() -> None:
         "training": training,
         "memory": memory,
         "targets_met": {"cache_speedup_5x": decoding["met"], "st_nmst_throughput_0.9x": training["met"]},
-        "load_average_1min": {"start": None if load_start is None else load_start[0],
-                              "end": None if load_end is None else load_end[0]},
+        "load_average_1min": {"start": load_start, "end": load_end},
         "contention": contention,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -410,9 +401,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         KEY: provenance,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_json(args.out, record)
 
 
 if __name__ == "__main__":

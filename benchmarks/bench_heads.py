@@ -34,12 +34,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
-import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -50,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _provenance import KEY, stamp  # noqa: E402
+from _timing import load_average, note_if_busy, timed, write_json  # noqa: E402
 from fused_shift_before import nll_before as shift_nll_before  # noqa: E402
 from heads_before import nmst_nll_before, st_nll_before  # noqa: E402
 
@@ -61,20 +59,10 @@ ALPHA = 1.5
 TARGET = 1.05
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_forward_backward(loss_fn, logits: torch.Tensor, targets: torch.Tensor) -> float:
     """Seconds for one forward + backward of the mean of ``loss_fn(logits, targets)`` (per position)."""
     x = logits.detach().requires_grad_()
-    _sync(logits.device)
-    start = time.perf_counter()
-    loss = loss_fn(x, targets).mean()
-    loss.backward()
-    _sync(logits.device)
-    return time.perf_counter() - start
+    return timed(lambda: loss_fn(x, targets).mean().backward(), logits.device)[1]
 
 
 def main() -> None:
@@ -138,9 +126,8 @@ def main() -> None:
     print(f"rows where eos holds more than half of the full softmax: {dominated:.1%}")
     print(f"target: median ratio <= {TARGET} for st, nmst (vs vanilla) and nmst_entmax (vs entmax): "
           f"{'met' if met else 'missed'}")
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    if load is not None and device.type == "cpu" and load[0] > (os.cpu_count() or 1):
-        print(f"note: load average {load[0]:.1f} on {os.cpu_count()} cores; other processes disturb these timings")
+    load = load_average()
+    note_if_busy(load, device)
 
     record = {
         "benchmark": "forward+backward of the mean training loss of random targets: vanilla = F.cross_entropy, "
@@ -161,7 +148,7 @@ def main() -> None:
         "baseline_of": baseline,
         "ratio": ratios,
         "ratio_of_minima": ratios_of_minima,
-        "load_average_1min_at_end": None if load is None else load[0],
+        "load_average_1min_at_end": load,
         "target_ratio": TARGET,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
@@ -169,11 +156,7 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         KEY: provenance,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, args.out)  # atomic
-    print(f"wrote {args.out}")
+    write_json(args.out, record)
 
 
 if __name__ == "__main__":

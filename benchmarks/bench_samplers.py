@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import pathlib
@@ -40,6 +39,7 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from _provenance import KEY, short_version, stamp  # noqa: E402
+from _timing import load_average, write_json  # noqa: E402
 
 from nmst_lib import decoding as D  # noqa: E402
 from nmst_lib.models import LSTMLM  # noqa: E402
@@ -158,7 +158,7 @@ def main(argv=None):
         "torch": torch.__version__,
         "python": provenance["python"],
         "threads": torch.get_num_threads(),
-        "load_average_1min_at_end": round(os.getloadavg()[0], 2),
+        "load_average_1min_at_end": load_average(digits=2),
         "device": provenance["device"],
         "rows": "Zipf laws p_r ~ r^-s, s ~ U[0.8, 1.4] per row, random id order",
         "per_step": per_step,
@@ -167,11 +167,7 @@ def main(argv=None):
         KEY: provenance,
     }
     if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.output.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        os.replace(tmp, args.output)
-        print(f"wrote {args.output}")
+        write_json(args.output, result)
 
 
 if __name__ == "__main__":

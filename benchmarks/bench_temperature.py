@@ -27,7 +27,6 @@ a mixture of M softmaxes multiplies the projection and the softmax by M.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -42,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _provenance import KEY, short_version, stamp  # noqa: E402
+from _timing import load_average, note_if_busy, timed, write_json  # noqa: E402
 from bench_training import synthetic_batches, train_steps  # noqa: E402
 
 from nmst_lib import data as D  # noqa: E402
@@ -52,11 +52,6 @@ from nmst_lib.temperature import contextual_head  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "temperature.json"
 MODELS = ("lstm", "ct-lstm", "ct-mos3")
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def build(name: str, vocab: int, hidden: int, layers: int, rank: int) -> LSTMLM:
@@ -73,11 +68,7 @@ def build(name: str, vocab: int, hidden: int, layers: int, rank: int) -> LSTMLM:
 def decode_seconds(model, contexts: torch.Tensor, max_len: int, device) -> float:
     """Seconds for one greedy decode of ``contexts`` to ``max_len`` tokens."""
     model.eval()
-    _sync(device)
-    start = time.perf_counter()
-    g = decode(model, contexts, "greedy", max_len=max_len)
-    _sync(device)
-    seconds = time.perf_counter() - start
+    g, seconds = timed(lambda: decode(model, contexts, "greedy", max_len=max_len), device)
     if int(g.lengths.min()) != max_len:
         raise RuntimeError("a row stopped early: the decoding timings would not be comparable")
     return seconds
@@ -142,7 +133,7 @@ def main(argv=None) -> dict:
 
     training = summary(train_times, scored)
     decoding = summary(decode_times, args.contexts * args.decode_len)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    load = load_average()
     result = {
         "benchmark": "contextual temperature: training and greedy decoding throughput relative to the plain LSTM",
         "setup": {"arch": "lstm", "hidden": args.hidden, "layers": args.layers, "vocab": args.vocab,
@@ -161,7 +152,7 @@ def main(argv=None) -> dict:
         "machine": {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
                     "platform": platform.platform(terse=True),
                     "processor": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-                    "load_average_1min_at_end": None if load is None else load[0]},
+                    "load_average_1min_at_end": load},
         "code_version": short_version(provenance),
         "command": "python " + " ".join([Path(sys.argv[0]).name] + sys.argv[1:]) if argv is None else repr(argv),
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -169,16 +160,13 @@ def main(argv=None) -> dict:
                 "absolute numbers depend on the machine and its load.",
         KEY: provenance,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
     for what, res, unit in (("train", training, "scored tok/s"), ("greedy", decoding, "gen tok/s")):
         for name in MODELS:
             print(f"{what:6s} {name:8s} {res['per_second_median'][name]:9.0f} {unit}  "
                   f"x{res['throughput_ratio_to_lstm'][name]:.3f} of LSTM "
                   f"(of minima x{res['throughput_ratio_to_lstm_of_minima'][name]:.3f})")
-    if load is not None and device.type == "cpu" and load[0] > (os.cpu_count() or 1):
-        print(f"note: load average {load[0]:.1f} on {os.cpu_count()} cores; other processes disturb these timings")
-    print(f"wrote {args.out}")
+    note_if_busy(load, device)
+    write_json(args.out, result, indent=1)
     return result
 
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import platform
 import statistics
 import sys
@@ -37,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _provenance import KEY, stamp  # noqa: E402
+from _timing import load_average, synchronize, timed, write_json  # noqa: E402
 
 from nmst_lib import data as D  # noqa: E402
 from nmst_lib import entmax as E  # noqa: E402
@@ -85,11 +84,7 @@ def _best_matmul_flops(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
     flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
     best = 0.0
     for _ in range(repeats):
-        _sync(a.device)
-        t = time.perf_counter()
-        a @ b
-        _sync(a.device)
-        best = max(best, flops / (time.perf_counter() - t))
+        best = max(best, flops / timed(lambda: a @ b, a.device)[1])
     return best
 
 
@@ -102,11 +97,6 @@ def output_layer_ceiling(device, rows: int, hidden: int, vocab: int, repeats: in
     """Best FLOP/s of the output projection's shape, [rows, hidden] @ [hidden, vocab]."""
     return _best_matmul_flops(torch.randn(rows, hidden, device=device), torch.randn(hidden, vocab, device=device),
                               repeats)
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def flops_per_position(arch: str, hidden: int, layers: int, vocab: int) -> float:
@@ -141,7 +131,7 @@ def train_steps(model, optimizer, batches, device) -> tuple[float, int, int]:
     """Seconds, scored tokens and processed positions of one pass over ``batches``."""
     model.train()
     scored = positions = 0
-    _sync(device)
+    synchronize(device)
     t = time.perf_counter()
     for batch in batches:
         batch = batch.to(device)
@@ -152,7 +142,7 @@ def train_steps(model, optimizer, batches, device) -> tuple[float, int, int]:
         optimizer.step()
         scored += batch.num_target_tokens
         positions += batch.inputs.numel()
-    _sync(device)
+    synchronize(device)
     return time.perf_counter() - t, scored, positions
 
 
@@ -216,17 +206,12 @@ def main(argv=None) -> dict:
         "matmul_ceiling_flops_per_s": {"square_1024": ceiling, "output_layer_shape": out_ceiling},
         "fraction_of_matmul_ceiling": {name: f / ceiling for name, f in flops_per_s.items()},
         "machine": {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                    "load_average_1min_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+                    "load_average_1min_at_end": load_average(),
                     "platform": platform.platform(terse=True), "processor": platform.processor() or platform.machine()},
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "note": "Ratios are what matters; absolute numbers depend on the machine and its load.",
         KEY: provenance,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    os.replace(tmp, out)  # atomic
     for name in tokens_per_s:
         print(f"{name:14s} {tokens_per_s[name]:9.0f} scored tok/s  x{result['ratio_to_vanilla'][name]:.3f} of VA  "
               f"{flops_per_s[name] / 1e9:6.1f} GFLOP/s = {result['fraction_of_matmul_ceiling'][name]:.0%} of "
@@ -235,7 +220,7 @@ def main(argv=None) -> dict:
           + ", ".join(f"{k} {v:.2f}x" for k, v in result["entmax_alpha1.2_over_alpha1.5"].items()))
     print(f"alpha = 1.5 entmax training with the CPU sort: {result['entmax1.5_speedup_of_cpu_sort']:.2f}x "
           "the speed with torch.sort")
-    print(f"wrote {out}")
+    write_json(args.out, result, indent=1)
     return result
 
 

@@ -1,0 +1,63 @@
+"""What the benchmark scripts of ``benchmarks/`` share to time code and store what they measured
+(not a benchmark): waiting for the device before the clock is read, one timed call, the load
+average that says whether other processes shared the CPU, and the atomic write of a result file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait until the work queued on a CUDA ``device`` is done (nothing to wait for on the CPU),
+    so that the clock read next counts it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn, device: torch.device):
+    """``(fn(), seconds)``: one call of ``fn``, timed with :func:`time.perf_counter` between two
+    :func:`synchronize` of ``device``."""
+    synchronize(device)
+    start = time.perf_counter()
+    result = fn()
+    synchronize(device)
+    return result, time.perf_counter() - start
+
+
+def load_average(digits: int | None = None) -> float | None:
+    """The 1-minute load average (rounded to ``digits`` when given); None where the system does
+    not report one."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    return load if digits is None else round(load, digits)
+
+
+def note_if_busy(load: float | None, device: torch.device) -> None:
+    """Say so when the CPU timings ran with more processes wanting the CPU than it has cores."""
+    if (
+        load is not None
+        and device.type == "cpu"
+        and load > (os.cpu_count() or 1)
+    ):
+        print(
+            f"note: load average {load:.1f} on {os.cpu_count()} cores; other processes disturb these timings"
+        )
+
+
+def write_json(path: str | os.PathLike, record: dict, indent: int = 2) -> None:
+    """Write ``record`` as JSON to ``path`` (its folder created) atomically, through a temporary
+    file beside it and :func:`os.replace`, and say where."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=indent) + "\n")
+    os.replace(tmp, path)  # atomic
+    print(f"wrote {path}")
