@@ -70,6 +70,26 @@ def one_thread_per_module():
     yield from _one_torch_thread()
 
 
+@pytest.fixture
+def interrupted_training():
+    """A function ``(config, checkpoint_dir, line, **options)`` that trains ``config``
+    (:func:`nmst_lib.experiments.train`, with a log line per batch and ``options``) and stops it
+    with KeyboardInterrupt, as Ctrl-C would, at the first log line that starts with ``line`` (e.g.
+    ``"[step] epoch 2 batch 3/"``): what it checkpointed before is left for a resumed run."""
+    from nmst_lib.experiments import train
+
+    def run(config, checkpoint_dir, line: str, **options) -> None:
+        def interrupt(msg):
+            if msg.startswith(line):
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            train(config, checkpoint_dir=checkpoint_dir, progress=False, log=interrupt, log_steps=True,
+                  **options)
+
+    return run
+
+
 @pytest.fixture(scope="module")
 def fixture_data_env():
     """For a whole test module: ``NMST_DATA_DIR`` = the fixture data root, ``NMST_WIKITEXT_DIR``

@@ -314,15 +314,10 @@ def test_resume_rejects_a_checkpoint_of_another_config_or_vocabulary(stored, mon
 # ------------------------------------------------------------------------------- resumption
 
 
-def test_interrupted_run_resumes_from_the_epoch_checkpoint_to_the_same_result(reference_run, tmp_path):
+def test_interrupted_run_resumes_from_the_epoch_checkpoint_to_the_same_result(reference_run, tmp_path,
+                                                                              interrupted_training):
     config, reference = reference_run
-
-    def interrupt(msg):
-        if msg.startswith("[step] epoch 2 batch 3/"):
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train(config, checkpoint_dir=tmp_path, progress=False, log=interrupt, log_steps=True)
+    interrupted_training(config, tmp_path, "[step] epoch 2 batch 3/")
     assert load_checkpoint(tmp_path / f"{config.key}.safetensors")["progress"]["epoch"] == 1
     resumed = train(config, checkpoint_dir=tmp_path, resume=True, progress=False)
     assert resumed.resumed_from == {"epoch": 1, "step": 0}

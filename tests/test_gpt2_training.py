@@ -121,19 +121,12 @@ def test_quick_gpt2_profile_trains_with_the_real_tokenizer(tmp_path):
 # ---------------------------------------------------------------------------- resumption
 
 
-def test_interrupted_gpt2_run_resumes_mid_epoch_to_the_same_result(tiny_env, tmp_path):
+def test_interrupted_gpt2_run_resumes_mid_epoch_to_the_same_result(tiny_env, tmp_path, interrupted_training):
     """Dropout 0.1 (random masks) and the linear schedule: an interrupted run resumed from its
     mid-epoch checkpoint equals the uninterrupted one bit for bit (step losses and perplexity)."""
     config = tiny(max_epochs=2, dropout=0.1)
     reference = train(config, checkpoint_dir=tmp_path / "ref", progress=False)
-
-    def interrupt(msg):
-        if msg.startswith("[step] epoch 2 batch 3/"):
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train(config, checkpoint_dir=tmp_path / "run", progress=False, log=interrupt, log_steps=True,
-              checkpoint_every=2)
+    interrupted_training(config, tmp_path / "run", "[step] epoch 2 batch 3/", checkpoint_every=2)
     ckpt = load_checkpoint(tmp_path / "run" / f"{config.key}.safetensors")
     assert (ckpt["progress"]["epoch"], ckpt["progress"]["step"]) == (1, 2)
     resumed = train(config, checkpoint_dir=tmp_path / "run", resume=True, progress=False)
@@ -143,20 +136,14 @@ def test_interrupted_gpt2_run_resumes_mid_epoch_to_the_same_result(tiny_env, tmp
     assert [h["val_ppl"] for h in resumed.history] == [h["val_ppl"] for h in reference.history]
 
 
-def test_a_legacy_pt_checkpoint_is_still_read(tiny_env, tmp_path):
+def test_a_legacy_pt_checkpoint_is_still_read(tiny_env, tmp_path, interrupted_training):
     """A checkpoint in the earlier format (NMSTCKPT1: sha256 header + torch.save) named <key>.pt is
     what checkpoint_path finds when no .safetensors exists: a run resumes from it to the
     uninterrupted result, and its next checkpoint is written as .safetensors."""
     config = tiny(max_epochs=2)
     reference = train(config, checkpoint_dir=tmp_path / "ref", progress=False)
-
-    def interrupt(msg):
-        if msg.startswith("[step] epoch 2 batch 1/"):
-            raise KeyboardInterrupt
-
     run_dir = tmp_path / "run"
-    with pytest.raises(KeyboardInterrupt):
-        train(config, checkpoint_dir=run_dir, progress=False, log=interrupt, log_steps=True)
+    interrupted_training(config, run_dir, "[step] epoch 2 batch 1/")
     new = run_dir / f"{config.key}.safetensors"
     payload = load_checkpoint(new)
     assert payload["progress"]["epoch"] == 1 and not payload["progress"]["finished"]

@@ -139,7 +139,7 @@ def test_training_loss_is_the_nll_bit_for_bit_for_va_st_nmst(head, eps):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
 
-def test_entmax_model_trains_selects_on_its_own_loss_and_resumes_exactly(tmp_path):
+def test_entmax_model_trains_selects_on_its_own_loss_and_resumes_exactly(tmp_path, interrupted_training):
     """An entmax head trains with the same loop; history holds val_loss (perplexity may be
     infinite); a run interrupted mid-epoch resumes to the same numbers."""
     config = make_config("quick", "lstm", "entmax", alpha=1.5, max_epochs=2, data_source="local")
@@ -148,14 +148,7 @@ def test_entmax_model_trains_selects_on_its_own_loss_and_resumes_exactly(tmp_pat
     assert all("val_loss" in h and "val_ppl" not in h for h in ref.history)
     assert ref.val_loss == pytest.approx(min(h["val_loss"] for h in ref.history), rel=1e-6)
     assert ref.history[-1]["val_loss"] < ref.history[0]["train_loss"]  # it learned something
-
-    def interrupt(msg):
-        if msg.startswith("[step] epoch 2 batch 2/"):
-            raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        train(config, checkpoint_dir=tmp_path / "cut", progress=False, log=interrupt, log_steps=True,
-              checkpoint_every=1)
+    interrupted_training(config, tmp_path / "cut", "[step] epoch 2 batch 2/", checkpoint_every=1)
     resumed = train(config, checkpoint_dir=tmp_path / "cut", resume=True, progress=False)
     assert resumed.resumed_from["epoch"] == 1 and resumed.resumed_from["step"] >= 1
     assert resumed.val_loss == ref.val_loss and resumed.test_loss == ref.test_loss
