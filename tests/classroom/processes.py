@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +23,26 @@ def processes_with(marker: str) -> list[int]:
         if (marker in cmdline or marker in comm) and state != "Z":
             found.append(int(proc.name))
     return found
+
+
+@contextlib.contextmanager
+def watching(marker: str, every: float = 0.1):
+    """The ids of the processes with ``marker`` (:func:`processes_with`) seen while the block runs:
+    a set that a background thread fills, reading /proc every ``every`` seconds."""
+    seen, done = set(), threading.Event()
+
+    def watch():
+        while not done.is_set():
+            seen.update(processes_with(marker))
+            time.sleep(every)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join()
 
 
 def wait_until_gone(marker: str, seconds: float = 5.0) -> list[int]:

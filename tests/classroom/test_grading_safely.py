@@ -40,7 +40,7 @@ from nmst_lib.classroom.sandbox import (
     SandboxUnavailable,
     sandbox_problem,
 )
-from processes import processes_with, wait_until_gone
+from processes import processes_with, wait_until_gone, watching
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "assignments"
@@ -288,19 +288,9 @@ def test_an_infinite_loop_is_stopped_at_its_timeout_and_leaves_no_process(built,
             "while True:\n    pass\n")
     runaway = tmp_path / "runaway.ipynb"
     runaway.write_text(json.dumps(notebook([cell])))
-    seen, done = set(), threading.Event()
-
-    def watch():
-        while not done.is_set():
-            seen.update(processes_with(marker))
-            time.sleep(0.2)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    start = time.monotonic()
-    outcome = grade_one(built / A1 / f"{A1}-autograder.zip", runaway, limits=Limits(timeout_s=45))
-    done.set()
-    watcher.join()
+    with watching(marker, every=0.2) as seen:
+        start = time.monotonic()
+        outcome = grade_one(built / A1 / f"{A1}-autograder.zip", runaway, limits=Limits(timeout_s=45))
     assert outcome.status == "timed out" and "45 s" in outcome.error, outcome
     assert 45 <= time.monotonic() - start < 90
     assert len(seen) >= 2, "the looping kernel and its child never showed in /proc: the next check would prove nothing"

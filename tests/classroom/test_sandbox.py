@@ -20,7 +20,7 @@ from nmst_lib.classroom.sandbox import (
     run_limited,
     sandbox_problem,
 )
-from processes import processes_with, wait_until_gone
+from processes import processes_with, wait_until_gone, watching
 
 
 def python(code: str) -> list[str]:
@@ -60,22 +60,8 @@ def test_a_runaway_is_stopped_at_its_timeout_with_every_process_it_started(tmp_p
             f"start_new_session={escape})\n"
             "while True:\n    pass\n")
     start = time.monotonic()
-    seen = []
-
-    import threading
-
-    done = threading.Event()
-
-    def watch():
-        while not done.is_set():
-            seen.extend(processes_with(marker))
-            time.sleep(0.1)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    result = run_limited(python(code), tmp_path, mode=mode, limits=Limits(timeout_s=4))
-    done.set()
-    watcher.join()
+    with watching(marker) as seen:
+        result = run_limited(python(code), tmp_path, mode=mode, limits=Limits(timeout_s=4))
     assert result.timed_out and result.returncode is None
     assert 4 <= time.monotonic() - start < 30
     assert seen, "the runaway's child never appeared in /proc: the check below would prove nothing"
