@@ -9,6 +9,8 @@ in a test module can pick up ``tests/site/conftest.py`` when the whole ``tests/`
   ``NMST_DATA_DIR`` named when pytest started, or None; ``NO_REAL_WIKITEXT`` /
   ``NO_REAL_TOKENIZER``: the skip reasons when they are absent.
 * ``write_tiny_bpe_tokenizer``: GPT-2-format files of a tiny byte-level BPE tokenizer.
+* ``fixture_data_root`` and ``use_data_root``: a data root of the fixture corpus and a GPT-2
+  tokenizer, and the environment that points the library at a data root, offline.
 """
 
 from __future__ import annotations
@@ -96,3 +98,27 @@ def write_tiny_bpe_tokenizer(folder: Path) -> Path:
     return folder
 
 
+# ------------------------------------------------------------------------ pointing at a data root
+
+
+def fixture_data_root(folder: Path, tokenizer_dir: Path) -> Path:
+    """``folder/data``: a data root in the layout ``NMST_DATA_DIR`` expects, linking the fixture
+    WikiText-2 and ``tokenizer_dir`` as GPT-2's tokenizer."""
+    root = folder / "data"
+    root.mkdir()
+    (root / D.WIKITEXT_SUBDIR).symlink_to(FIXTURE_WIKITEXT_DIR, target_is_directory=True)
+    (root / D.TOKENIZER_SUBDIR).symlink_to(tokenizer_dir, target_is_directory=True)
+    return root
+
+
+def use_data_root(mp, root: Path) -> None:
+    """Through the ``pytest.MonkeyPatch`` ``mp``: the library reads the data root ``root``
+    (``NMST_DATA_DIR``; ``NMST_WIKITEXT_DIR`` unset), the Hugging Face hub stays offline, and no
+    torchrun variable (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``) makes a run one of several
+    processes."""
+    mp.setenv(D.DATA_DIR_ENV, str(root))
+    mp.delenv(D.WIKITEXT_DIR_ENV, raising=False)
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("HF_DATASETS_OFFLINE", "1")
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        mp.delenv(name, raising=False)

@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from datasources import FIXTURE_WIKITEXT_DIR, write_tiny_bpe_tokenizer
+from datasources import (
+    FIXTURE_WIKITEXT_DIR,
+    use_data_root,
+    write_tiny_bpe_tokenizer,
+)
 from nmst_lib import data as D
 from nmst_lib.experiments import make_config, train
 from nmst_lib.experiments.distributed import (
@@ -50,12 +54,7 @@ def tiny_gpt2_env(tmp_path_factory):
     (root / D.WIKITEXT_SUBDIR).symlink_to(FIXTURE_WIKITEXT_DIR, target_is_directory=True)
     tok_dir = write_tiny_bpe_tokenizer(root / "tiny-tokenizer")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(D.DATA_DIR_ENV, str(root))
-        mp.delenv(D.WIKITEXT_DIR_ENV, raising=False)
-        for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
-            mp.delenv(name, raising=False)
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("HF_DATASETS_OFFLINE", "1")
+        use_data_root(mp, root)
         from transformers import GPT2Tokenizer
 
         tok = GPT2Tokenizer.from_pretrained(str(tok_dir))

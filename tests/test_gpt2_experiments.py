@@ -381,26 +381,17 @@ def quick_gpt2(tmp_path_factory):
     trained and decoded once, on the fixture corpus with GPT-2's real tokenizer (a data root made
     of both). Skips when the real tokenizer files are not configured."""
     from datasources import (
-        FIXTURE_WIKITEXT_DIR,
         NO_REAL_TOKENIZER,
         REAL_TOKENIZER_DIR,
+        fixture_data_root,
+        use_data_root,
     )
-    from nmst_lib import data as D
 
     if REAL_TOKENIZER_DIR is None:
         pytest.skip(NO_REAL_TOKENIZER)
     base = tmp_path_factory.mktemp("gpt2")
-    root = base / "data"
-    root.mkdir()
-    (root / D.WIKITEXT_SUBDIR).symlink_to(FIXTURE_WIKITEXT_DIR, target_is_directory=True)
-    (root / "gpt2-tokenizer").symlink_to(REAL_TOKENIZER_DIR, target_is_directory=True)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(D.DATA_DIR_ENV, str(root))
-        mp.delenv(D.WIKITEXT_DIR_ENV, raising=False)
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("HF_DATASETS_OFFLINE", "1")
-        for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
-            mp.delenv(name, raising=False)
+        use_data_root(mp, fixture_data_root(base, REAL_TOKENIZER_DIR))
         results = G.run_gpt2_suite("quick", results_dir=base / "results", checkpoint_dir=base / "ckpt", progress=False)
         yield base, results
 

@@ -18,9 +18,10 @@ import pytest
 import torch
 
 from datasources import (
-    FIXTURE_WIKITEXT_DIR,
     NO_REAL_TOKENIZER,
     REAL_TOKENIZER_DIR,
+    fixture_data_root,
+    use_data_root,
     write_tiny_bpe_tokenizer,
 )
 from nmst_lib import data as D
@@ -51,23 +52,6 @@ train_module = importlib.import_module("nmst_lib.experiments.trainer")
 pytestmark = pytest.mark.usefixtures("one_thread_per_module")
 
 
-def _data_root(tmp_path, tokenizer_dir):
-    root = tmp_path / "data"
-    root.mkdir()
-    (root / D.WIKITEXT_SUBDIR).symlink_to(FIXTURE_WIKITEXT_DIR, target_is_directory=True)
-    (root / D.TOKENIZER_SUBDIR).symlink_to(tokenizer_dir, target_is_directory=True)
-    return root
-
-
-def _offline_env(mp, root):
-    mp.setenv(D.DATA_DIR_ENV, str(root))
-    mp.delenv(D.WIKITEXT_DIR_ENV, raising=False)
-    mp.setenv("HF_HUB_OFFLINE", "1")
-    mp.setenv("HF_DATASETS_OFFLINE", "1")
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
-        mp.delenv(name, raising=False)
-
-
 @pytest.fixture(scope="module")
 def tiny_env(tmp_path_factory):
     """The fixture WikiText-2 text + a tiny BPE tokenizer in GPT-2's format (load_gpt2_tokenizer
@@ -79,7 +63,7 @@ def tiny_env(tmp_path_factory):
     tok_dir = write_tiny_bpe_tokenizer(base / "tok")
     tok = GPT2Tokenizer.from_pretrained(str(tok_dir))
     with pytest.MonkeyPatch.context() as mp:
-        _offline_env(mp, _data_root(base, tok_dir))
+        use_data_root(mp, fixture_data_root(base, tok_dir))
         mp.setattr(preparation, "_gpt2_tokenizer", lambda: tok)
         yield tok
 
@@ -100,7 +84,7 @@ def test_quick_gpt2_profile_trains_with_the_real_tokenizer(tmp_path):
     if REAL_TOKENIZER_DIR is None:
         pytest.skip(NO_REAL_TOKENIZER)
     with pytest.MonkeyPatch.context() as mp:
-        _offline_env(mp, _data_root(tmp_path, REAL_TOKENIZER_DIR))
+        use_data_root(mp, fixture_data_root(tmp_path, REAL_TOKENIZER_DIR))
         config = make_config("quick", "gpt2", "nmst", 1e-2, 0, data_source="local", max_epochs=1, max_steps=6)
         data = prepare_data(config)
         run = train(config, checkpoint_dir=tmp_path / "ckpt", data=data, progress=False)
