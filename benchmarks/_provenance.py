@@ -20,6 +20,7 @@ timed is the one of this checkout; this module does the same for itself.
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import shlex
@@ -118,6 +119,18 @@ def stamp(device: torch.device | str, *, script: str | os.PathLike, argv: list[s
         print(f"warning: uncommitted changes in {where} (HEAD {(code['git_sha'] or 'unknown')[:7]}): this result is "
               f"stamped \"git_dirty\": true and measures no commit", file=sys.stderr, flush=True)
     return record
+
+
+def closing_fields(record: dict) -> dict:
+    """``torch`` (the version), ``threads``, ``device`` (the stamp ``record``'s) and ``date`` (now,
+    UTC, to the second): the fields ``bench_entmax``, ``bench_entmax_alpha``, ``bench_heads`` and
+    ``bench_gpt2`` have always written last in their records, before the stamp."""
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": record["device"],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def short_version(record: dict) -> str:

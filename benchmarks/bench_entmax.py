@@ -17,7 +17,6 @@ writes them, with the torch version, thread count, device, load average and date
 from __future__ import annotations
 
 import argparse
-import datetime
 import statistics
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _provenance import KEY, stamp  # noqa: E402
+from _provenance import KEY, closing_fields, stamp  # noqa: E402
 from _timing import load_average, note_if_busy, timed, write_json  # noqa: E402
 
 from nmst_lib import entmax as ours  # noqa: E402
@@ -123,10 +122,7 @@ def main() -> None:
         "load_average_1min_at_end": load,
         "target_ratio": 1.0,
         "entmax_package": getattr(entmax_pkg, "__version__", "1.3"),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "device": provenance["device"],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **closing_fields(provenance),
         KEY: provenance,
     }
     write_json(args.out, record)

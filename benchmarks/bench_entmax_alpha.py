@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import statistics
 import sys
 from pathlib import Path
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _provenance import KEY, stamp  # noqa: E402
+from _provenance import KEY, closing_fields, stamp  # noqa: E402
 from _timing import load_average, timed, write_json  # noqa: E402
 
 import nmst_lib.entmax as E  # noqa: E402
@@ -123,10 +122,7 @@ def main() -> None:
         "max_loss_difference_new_vs_before": err,
         "target_ratio": TARGET,
         "load_average_1min_at_end": load,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "device": provenance["device"],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **closing_fields(provenance),
         KEY: provenance,
     }
     write_json(args.out, record)

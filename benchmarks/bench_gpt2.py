@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import datetime
 import gc
 import os
 import statistics
@@ -46,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _provenance import KEY, stamp  # noqa: E402
+from _provenance import KEY, closing_fields, stamp  # noqa: E402
 from _timing import load_average, synchronize, timed, write_json  # noqa: E402
 
 from nmst_lib import data as D  # noqa: E402
@@ -395,10 +394,7 @@ def main() -> None:
         "targets_met": {"cache_speedup_5x": decoding["met"], "st_nmst_throughput_0.9x": training["met"]},
         "load_average_1min": {"start": load_start, "end": load_end},
         "contention": contention,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "device": provenance["device"],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **closing_fields(provenance),
         KEY: provenance,
     }
     write_json(args.out, record)

@@ -33,7 +33,6 @@ Uses CUDA when available (then every timing is synchronised).
 from __future__ import annotations
 
 import argparse
-import datetime
 import math
 import statistics
 import sys
@@ -46,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _provenance import KEY, stamp  # noqa: E402
+from _provenance import KEY, closing_fields, stamp  # noqa: E402
 from _timing import load_average, note_if_busy, timed, write_json  # noqa: E402
 from fused_shift_before import nll_before as shift_nll_before  # noqa: E402
 from heads_before import nmst_nll_before, st_nll_before  # noqa: E402
@@ -150,10 +149,7 @@ def main() -> None:
         "ratio_of_minima": ratios_of_minima,
         "load_average_1min_at_end": load,
         "target_ratio": TARGET,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "device": provenance["device"],
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **closing_fields(provenance),
         KEY: provenance,
     }
     write_json(args.out, record)
