@@ -7,6 +7,7 @@ temperature on the non-eos logits (:func:`tempered_nmst_log_probs`)."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -167,6 +168,38 @@ def test_nucleus_size_against_a_hand_computation():
     assert tempered_nucleus_size(z, 1.0, 1.0).item() == 4
     with pytest.raises(ValueError, match="mu"):
         tempered_nucleus_size(z, 1.0, 0.0)
+
+
+def _smallest_nucleus(probs, mu):
+    """The size of the smallest set of most probable tokens of mass >= mu,
+    counted in exact rational arithmetic."""
+    total, size = Fraction(0), 0
+    for p in sorted((Fraction(x) for x in probs), reverse=True):
+        if total >= mu:
+            break
+        total, size = total + p, size + 1
+    return size
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_nucleus_size_stops_where_the_mass_reaches_mu_exactly(dtype):
+    # Dyadic probabilities: log p, its log-softmax and every partial mass
+    # are exact, so the mass of the top k equals mu exactly and the
+    # smallest set of mass >= mu stops there ('<' before the threshold,
+    # not '<='). Powers of two as temperatures keep z / T = log p exact.
+    probs = [0.125, 0.5, 0.125, 0.25]
+    log_p = torch.tensor([probs], dtype=dtype).log()
+    per_token = torch.tensor([[2.0, 0.5, 4.0, 1.0]], dtype=dtype)
+    for tau in (1.0, 2.0, 0.5, per_token):
+        z = log_p * tau
+        for mu in (0.5, 0.75, 0.875):
+            want = _smallest_nucleus(probs, Fraction(mu))
+            assert want == {0.5: 1, 0.75: 2, 0.875: 3}[mu]
+            got = tempered_nucleus_size(z, tau, mu)
+            assert got.tolist() == [want], (dtype, tau, mu)
+    # 128 equal tokens (global temperature 4): half the mass is 64 tokens
+    wide = torch.full((2, 128), 1 / 128, dtype=dtype).log() * 4.0
+    assert tempered_nucleus_size(wide, 4.0, 0.5).tolist() == [64, 64]
 
 
 # --------------------------------------------------------------------------- per-token reordering
