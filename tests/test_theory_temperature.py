@@ -202,6 +202,25 @@ def test_nucleus_size_stops_where_the_mass_reaches_mu_exactly(dtype):
     assert tempered_nucleus_size(wide, 4.0, 0.5).tolist() == [64, 64]
 
 
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_nucleus_of_mass_one_is_every_token_as_in_nucleus_mask(dtype):
+    # Finite logits give every token a positive probability, so the
+    # smallest set of mass >= 1 is the whole vocabulary, and nucleus_mask
+    # keeps the support at p = 1. The cumulative mass rounds to 1 before
+    # the last tokens (e^-40 is below float64's half ulp of 1, e^-20 below
+    # float32's), which must not end the nucleus.
+    z = torch.tensor([[0.0, -40.0], [0.0, -20.0], [3.0, 3.0]], dtype=dtype)
+    assert tempered_nucleus_size(z, 1.0, 1.0).tolist() == [2, 2, 2]
+    g = torch.Generator().manual_seed(0)
+    z = (10 * torch.randn(6, 50, generator=g, dtype=F64)).to(dtype)
+    per_token = 0.5 + 3 * torch.rand(6, 50, generator=g, dtype=F64)
+    for tau in (0.5, 1.0, 4.0, per_token.to(dtype)):
+        size = tempered_nucleus_size(z, tau, 1.0)
+        assert size.tolist() == [50] * 6, tau
+        support = nucleus_mask(tempered_log_softmax(z, tau), 1.0)
+        assert torch.equal(size, support.sum(-1))
+
+
 # --------------------------------------------------------------------------- per-token reordering
 
 

@@ -187,7 +187,8 @@ def tempered_nucleus_size(z, tau, mu) -> torch.Tensor:
     is non-decreasing in ``T`` (Chapter 9, ``09_temperature``, Proposition "A global temperature
     keeps the ranking": the probability of the top ``k`` tokens is non-increasing in ``T`` for
     every ``k``). ``tau`` as in :func:`tempered_log_softmax` (a per-token temperature is allowed:
-    then the nucleus is a prefix of the ranking of ``z / T``). ``mu`` in ``(0, 1]``. The
+    then the nucleus is a prefix of the ranking of ``z / T``). ``mu`` in ``(0, 1]``; ``mu = 1``
+    gives the support, every token since ``z`` is finite, as ``nucleus_mask`` at ``p = 1``. The
     cumulative mass is computed in log space (``logcumsumexp``), as in
     ``nmst_lib.decoding.nucleus_mask``. Returns an int64 tensor of shape ``z.shape[:-1]``.
     """
@@ -200,6 +201,11 @@ def tempered_nucleus_size(z, tau, mu) -> torch.Tensor:
             f"mu (the nucleus mass) must be a number in (0, 1], got {mu!r}"
         )
     log_p = tempered_log_softmax(z, tau)
+    if float(mu) == 1.0:
+        # The smallest set of mass 1 is the support, as in nucleus_mask: every
+        # token (z is finite). The cumulative mass can round to 1 before the
+        # last tokens ([0, -40] in float64) and must not end the count there.
+        return (log_p > -math.inf).sum(dim=-1)
     sorted_log_p = torch.sort(log_p, dim=-1, descending=True).values
     upto = torch.logcumsumexp(
         sorted_log_p, dim=-1
