@@ -221,6 +221,22 @@ def test_nucleus_of_mass_one_is_every_token_as_in_nucleus_mask(dtype):
         assert torch.equal(size, support.sum(-1))
 
 
+@pytest.mark.parametrize("dtype", [F64, torch.float32])
+def test_nucleus_size_stays_within_the_vocabulary_as_mu_grows_to_one(dtype):
+    # Just below 1, mu lies within rounding of the whole mass, which can be
+    # computed a few ulps below 1: the count must still stop at V (there is
+    # no rank after the last token) and grow with mu, up to V at mu = 1.
+    mus = [0.5, 0.999999, 1 - 2**-24, 1 - 1e-12, math.nextafter(1.0, 0.0), 1.0]
+    z = scores(3, shape=(8, 30)).to(dtype)
+    g = torch.Generator().manual_seed(4)
+    per_token = (0.5 + 3 * torch.rand(8, 30, generator=g, dtype=F64)).to(dtype)
+    for tau in (0.5, 1.0, 3.0, per_token):
+        sizes = torch.stack([tempered_nucleus_size(z, tau, mu) for mu in mus])
+        assert int(sizes.min()) >= 1 and int(sizes.max()) <= 30, (tau, sizes)
+        assert bool((sizes[1:] >= sizes[:-1]).all()), (tau, sizes)
+        assert sizes[-1].tolist() == [30] * 8
+
+
 # --------------------------------------------------------------------------- per-token reordering
 
 
