@@ -485,6 +485,21 @@ def test_distinct_n_drops_the_final_eos_of_a_generation_unless_asked():
     assert distinct_n(gen, 1, include_eos=True) == pytest.approx(4 / 8)
 
 
+def test_distinct_n_of_a_generation_drops_exactly_the_final_eos():
+    # Two terminated rows and one cut at max_len. Without eos the words are
+    # 1 1 | 1 | 2 2, with it 1 1 9 | 1 9 | 2 2; the two readings give
+    # different values for n = 1 and n = 2 and both normalisations (in the
+    # test above both readings give 1/2, so it cannot tell them apart).
+    gen = _generation([[1, 1, 9], [1, 9], [2, 2]], 4, eos_id=9)
+    assert distinct_n(gen, 1) == 2 / 5  # {1, 2} over 5 words
+    assert distinct_n(gen, 1, include_eos=True) == 3 / 7  # {1, 2, 9}
+    assert distinct_n(gen, 2) == 2 / 2  # (1, 1), (2, 2)
+    assert distinct_n(gen, 2, per="tokens") == 2 / 5
+    # (1, 1), (1, 9), (1, 9), (2, 2): three distinct among four bigrams
+    assert distinct_n(gen, 2, include_eos=True) == 3 / 4
+    assert distinct_n(gen, 2, include_eos=True, per="tokens") == 3 / 7
+
+
 def test_distinct_n_rejects_bad_input():
     with pytest.raises(ValueError, match="n must be"):
         distinct_n([[1, 2]], 0)
