@@ -666,6 +666,41 @@ def test_beam_search_first_finish_sentinel_is_max_len_plus_one_when_nothing_fini
     assert gen.first_finish_steps.tolist() == [5, 5, 5] and not gen.terminated.any()
 
 
+def test_beam_search_returns_the_earliest_finished_among_equal_scores():
+    # eos = 3. From 0: token 1 has 1/2, eos 1/4; from 1: eos 1/2, token 1
+    # 1/4. Width 2: step 1 keeps [1] (1/2) and [eos] (1/4, finished);
+    # step 2 keeps [1, eos] (1/4, finished) and [1, 1] (1/8), and stops
+    # with two finished sequences of exactly the same score (log 1/2 +
+    # log 1/2 = log 1/4 in binary floating point). Def. A.2 returns the
+    # best finished sequence, the earliest found among equal scores: [eos].
+    model = markov_from_probs([[0.125, 0.5, 0.125, 0.25],
+                               [0.125, 0.25, 0.125, 0.5],
+                               [0.25] * 4, [0.25] * 4])
+    table = model.transition_log_probs.tolist()
+    assert table[0][1] + table[1][3] == table[0][3]  # the tie is exact
+    assert reference_beam(table, 3, 0, 2, 5)[:3] == ([3], True, table[0][3])
+    gen = decode(model, torch.tensor([[0], [0]]), "beam", beam_size=2,
+                 max_len=5)
+    assert gen.to_lists() == [[3], [3]]
+    assert gen.terminated.tolist() == [True, True]
+    assert gen.lengths.tolist() == [1, 1]
+    assert gen.scores.tolist() == [table[0][3]] * 2
+    assert gen.first_finish_steps.tolist() == [1, 1]
+
+
+def test_beam_search_stops_when_every_kept_expansion_ends_in_eos():
+    # eos = 2. From token 0 only eos has positive probability: width 3
+    # keeps one expansion, [eos], so no live prefix is left although S
+    # holds one sequence of three. Def. A.2 stops there and calls the
+    # model for no further step.
+    probs = [[0.0, 0.0, 1.0], [0.5, 0.25, 0.25], [0.5, 0.25, 0.25]]
+    model = RecordingMarkovLM(markov_from_probs(probs).transition_log_probs)
+    gen = decode(model, torch.tensor([[0]]), "beam", beam_size=3, max_len=6)
+    assert gen.to_lists() == [[2]] and gen.terminated.tolist() == [True]
+    assert gen.first_finish_steps.tolist() == [1]
+    assert model.step_batch_sizes == []
+
+
 @pytest.mark.parametrize("method, kwargs", [("greedy", {}), ("ancestral", {}), ("top-k", dict(k=2)),
                                             ("nucleus", dict(p=0.7)), ("beam", dict(beam_size=1)),
                                             ("beam", dict(beam_size=3))])
