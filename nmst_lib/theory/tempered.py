@@ -190,7 +190,9 @@ def tempered_nucleus_size(z, tau, mu) -> torch.Tensor:
     then the nucleus is a prefix of the ranking of ``z / T``). ``mu`` in ``(0, 1]``; ``mu = 1``
     gives the support, every token since ``z`` is finite, as ``nucleus_mask`` at ``p = 1``. The
     cumulative mass is computed in log space (``logcumsumexp``), as in
-    ``nmst_lib.decoding.nucleus_mask``. Returns an int64 tensor of shape ``z.shape[:-1]``.
+    ``nmst_lib.decoding.nucleus_mask``; where the mass of a prefix equals ``mu`` exactly, the
+    count depends on how the log-softmax rounds (shifting ``z`` by a constant can move it by one),
+    as for ``nucleus_mask``. Returns an int64 tensor of shape ``z.shape[:-1]``.
     """
     if (
         isinstance(mu, bool)
