@@ -53,11 +53,10 @@ def note_if_busy(load: float | None, device: torch.device) -> None:
 
 
 def write_json(path: str | os.PathLike, record: dict, indent: int = 2) -> None:
-    """Write ``record`` as JSON to ``path`` (its folder created) atomically, through a temporary
-    file beside it and :func:`os.replace`, and say where."""
+    """Write ``record`` as JSON to ``path`` (its folder created) atomically, with the library's
+    :func:`nmst_lib.files.atomic_write_bytes`, and say where."""
+    from nmst_lib.files import atomic_write_bytes
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=indent) + "\n")
-    os.replace(tmp, path)  # atomic
+    atomic_write_bytes(path, (json.dumps(record, indent=indent) + "\n").encode("utf-8"), mode=0o644)
     print(f"wrote {path}")
