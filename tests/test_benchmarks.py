@@ -210,6 +210,8 @@ TINY_RUNS = {
     "bench_entmax_alpha.py": ["--rows", "2", "--vocab", "50", "--repeats", "1", "--warmup", "0"],
     "bench_temperature.py": ["--hidden", "8", "--layers", "1", "--vocab", "50", "--rank", "4", "--batch-size", "2",
                              "--batches", "1", "--contexts", "2", "--decode-len", "3", "--rounds", "1"],
+    "bench_subnormals.py": ["--hidden", "8", "--layers", "1", "--vocab", "50", "--rank", "4", "--batch-size", "2",
+                            "--batches", "1", "--rounds", "1"],
     "bench_training.py": ["--hidden", "8", "--layers", "1", "--vocab", "50", "--batch-size", "2", "--batches", "1",
                           "--rounds", "1"],
 }

@@ -37,7 +37,8 @@ from nmst_lib.experiments import (
 )
 from nmst_lib.experiments.config import ExperimentConfig, validate_config
 
-train_module = importlib.import_module("nmst_lib.experiments.trainer")  # the module; the package attribute `train` is its function
+train_module = importlib.import_module("nmst_lib.experiments.trainer")
+model_setup = importlib.import_module("nmst_lib.experiments.model_setup")  # the module; the package attribute `train` is its function
 REPO = Path(__file__).resolve().parents[1]
 
 # Every test here reads the fixture corpus (tests/fixtures/data, through NMST_DATA_DIR), with or
@@ -369,6 +370,45 @@ def test_parallel_suite_gives_the_same_results_as_a_serial_one(tmp_path):
         assert {k: v["rnt"] for k, v in a.data["decoding"].items()} == {k: v["rnt"] for k, v in b.data["decoding"].items()}
     with pytest.raises(ValueError, match="jobs"):
         run_suite("quick", results_dir=tmp_path / "x", jobs=0)
+
+
+def _flush_supported() -> bool:
+    with model_setup.subnormals_flushed() as supported:
+        return supported
+
+
+@pytest.mark.skipif(not _flush_supported(), reason="this CPU has no flush-to-zero mode")
+@pytest.mark.parametrize("before", [False, True])
+def test_subnormals_flushed_zeroes_them_inside_and_restores_the_mode_after(before):
+    """Inside the block a subnormal float32 (2^-140) times 1 is 0; after it, also after an
+    exception, the mode is what it was before (either way)."""
+    tiny = torch.tensor(2.0 ** -140, dtype=torch.float32)
+    torch.set_flush_denormal(before)
+    try:
+        assert model_setup.subnormals_are_flushed() is before
+        assert (float(tiny * 1.0) == 0.0) is before
+        with model_setup.subnormals_flushed():
+            assert float(tiny * 1.0) == 0.0 and model_setup.subnormals_are_flushed()
+        assert model_setup.subnormals_are_flushed() is before
+        with pytest.raises(RuntimeError, match="inside"):
+            with model_setup.subnormals_flushed():
+                raise RuntimeError("inside")
+        assert model_setup.subnormals_are_flushed() is before
+    finally:
+        torch.set_flush_denormal(False)
+
+
+@pytest.mark.skipif(not _flush_supported(), reason="this CPU has no flush-to-zero mode")
+def test_training_epochs_run_with_subnormals_flushed_and_the_mode_is_restored(tmp_path):
+    """train() flushes subnormals during its epochs (what the monitor sees after step 0, which
+    is taken before them) and leaves the caller's mode as it found it."""
+    probe = lambda model: {"flushed": model_setup.subnormals_are_flushed()}
+    run = train(quick("va", None, max_epochs=1), checkpoint_dir=tmp_path, progress=False, monitor=probe,
+                monitor_every=2)
+    records = run.monitor_log
+    assert records[0]["step"] == 0 and records[0]["flushed"] is False
+    assert len(records) >= 2 and all(r["flushed"] for r in records[1:])
+    assert model_setup.subnormals_are_flushed() is False
 
 
 def test_a_relative_improvement_threshold_stops_training_on_a_plateau(tmp_path):

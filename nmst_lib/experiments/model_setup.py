@@ -4,8 +4,9 @@ run (Choi, Cho, Lee (2023) App. D; Chapters 6-9): the device
 its output layer (:func:`build_model_for`: RNN/LSTM or GPT-2 of Chapter 7,
 07_gpt2, with the heads of Chapters 6 and 8 and Chapter 9's contextual
 temperature), AdamW's parameter groups (:func:`parameter_groups`), the linear
-learning-rate schedule (:func:`linear_lr`) and the mixed-precision dtype
-(:func:`autocast_dtype`). :func:`nmst_lib.experiments.trainer.train` sets a run
+learning-rate schedule (:func:`linear_lr`), the mixed-precision dtype
+(:func:`autocast_dtype`) and the CPU's treatment of subnormal numbers while
+training (:func:`subnormals_flushed`). :func:`nmst_lib.experiments.trainer.train` sets a run
 up with them; :mod:`nmst_lib.experiments.choices` builds a config's model to
 time it.
 """
@@ -24,7 +25,7 @@ from .config import GPT2_MAX_POSITIONS, ExperimentConfig, validate_config
 
 __all__ = [
     "autocast_dtype", "build_model_for", "default_device", "linear_lr",
-    "parameter_groups", "seed_everything",
+    "parameter_groups", "seed_everything", "subnormals_are_flushed", "subnormals_flushed",
 ]
 
 
@@ -138,3 +139,47 @@ def _autocast(device: torch.device):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
+
+
+def subnormals_are_flushed() -> bool:
+    """Whether the calling thread's CPU arithmetic flushes subnormal float32 numbers (those
+    below ``torch.finfo(torch.float32).tiny``, about 1.18e-38) to zero, read by a probe: the
+    product of the subnormal 2^-140 and 1 is 0 exactly when it does. Always False on a CPU
+    without the mode (see :func:`subnormals_flushed`)."""
+    probe = torch.tensor(2.0 ** -140, dtype=torch.float32)
+    return float(probe * 1.0) == 0.0
+
+
+@contextlib.contextmanager
+def subnormals_flushed():
+    """Inside the block, subnormal float32 results and operands count as zero on the CPU
+    (``torch.set_flush_denormal``: x86's flush-to-zero and denormals-are-zero); on leaving it,
+    also by an exception, the previous setting (:func:`subnormals_are_flushed`) comes back.
+    :func:`~nmst_lib.experiments.trainer.train` runs its epochs (training and validation) inside
+    it. CUDA devices are not affected.
+
+    Why (Chapter 9, 09_temperature): the literal loss scaling of Contextual Temperature (2020)
+    eq. 7 drives the sigmoid temperatures to their floor ``a / b``, with scores ``mu`` between
+    about -100 and -40; the derivative ``sigmoid'(mu)`` there, times the gradient that reaches it,
+    falls below 1.18e-38, and a quarter of the gradient entries of the temperature layer's
+    ``W2`` were subnormal in the trained CT-MoS. x86 arithmetic on subnormals takes a slow
+    path, so one training step took about twice as long as with them flushed (2.1x measured
+    on that model's checkpoint; ``benchmarks/bench_subnormals.py`` times a saturated layer).
+    What flushing changes is only numbers smaller than 1.2e-38 in magnitude: such gradient
+    terms move an AdamW step (its ``eps`` is 1e-8) by less than 1e-30 of the learning rate each,
+    and in the forward pass ``sigmoid(mu) + a`` rounds to ``a`` either way (for ``a`` above
+    1e-30). Other models
+    of the book train at the same speed either way (0.85-1.04x measured on Chapter 6's LSTM and
+    RNN, Chapter 7's GPT-2 and a CT-MoS without loss scaling).
+
+    The mode belongs to a thread. It holds for all of a run's arithmetic with one intra-op
+    thread (``torch.set_num_threads(1)``, the published runs' ``--threads 1``) and when the
+    block starts before torch's first parallel work, whose worker threads then inherit it;
+    worker threads started earlier keep their own mode, which changes the speed, not results
+    beyond those subnormals. Yields whether the CPU supports the mode."""
+    before = subnormals_are_flushed()
+    supported = torch.set_flush_denormal(True)
+    try:
+        yield supported
+    finally:
+        torch.set_flush_denormal(before)
