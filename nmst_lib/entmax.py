@@ -34,7 +34,8 @@ those candidates (an exact partial sort), and the bisection run on them only.
   is a quadratic in :math:`\tau` whose relevant root is
   :math:`\tau_k = M_k - \sqrt{(1 - k (S_k - M_k^2))/k}` with :math:`M_k` the mean and
   :math:`S_k` the mean of squares of the :math:`k` largest; :math:`K` is the number of
-  :math:`k` with :math:`\tau_k \le X_{(k)}` and :math:`\tau = \tau_K`.
+  :math:`k` with :math:`\tau_k \le X_{(k)}` (as their ``entmax`` package counts it) and
+  :math:`\tau = \tau_K`.
 * any ``alpha > 1``: the root of :math:`f` in :math:`[-1, -V^{1-\alpha}]` (where
   :math:`f \ge 0` and :math:`f \le 0` respectively). :func:`entmax_bisect` halves that bracket
   ``n_iter`` times (Blondel et al. (2019) / Peters et al. (2019)); everything else (:func:`entmax`,
@@ -180,8 +181,9 @@ def _sorted_threshold(Xs: torch.Tensor, dim: int, alpha: float):
     """Threshold and support size from the decreasingly sorted (shifted, scaled) scores ``Xs``.
 
     ``alpha = 2``: support condition ``1 + k X_(k) > cumsum_k``; ``tau = (cumsum_K - 1)/K``.
-    ``alpha = 1.5``: Peters et al. (2019) Alg. 2 (cumulative mean and mean of squares, tau from
-    the quadratic, support size = number of k with tau_k <= X_(k)).
+    ``alpha = 1.5``: tau_k as in Peters et al. (2019) Alg. 2 (cumulative mean and mean of
+    squares, tau from the quadratic); support size = number of k with tau_k <= X_(k), as their
+    ``entmax`` package counts it.
     ``-inf`` entries never satisfy the conditions (for alpha = 1.5 their tau_k is NaN, and a
     comparison with NaN is false; likewise where 1 - k * variance < 0, which happens only
     beyond the support).
@@ -573,9 +575,10 @@ def entmax15(z: torch.Tensor, dim: int = -1, k: int | None = None) -> torch.Tens
     :math:`X = (z - \max z)/2`, :math:`\sum (X_{(i)} - \tau)^2 = 1` is a quadratic whose root is
     :math:`\tau_k = M_k - \sqrt{1/k - S_k + M_k^2}` (cumulative mean :math:`M_k`, mean of
     squares :math:`S_k`); the support size is the number of :math:`k` with
-    :math:`\tau_k \le X_{(k)}`. ``k`` as in :func:`sparsemax` (candidate bound
-    ``z_j >= max z - 2``). Backward: :math:`s \odot (\bar p - \langle s, \bar p\rangle/\sum s)`
-    with :math:`s = \sqrt p`. See Chapter 8 (08_sparse).
+    :math:`\tau_k \le X_{(k)}`, as their ``entmax`` package counts it. ``k`` as in
+    :func:`sparsemax` (candidate bound ``z_j >= max z - 2``). Backward:
+    :math:`s \odot (\bar p - \langle s, \bar p\rangle/\sum s)` with :math:`s = \sqrt p`. See
+    Chapter 8 (08_sparse).
     """
     dim = _check_scores(z, dim)
     k = _check_k(k, z.shape[dim])

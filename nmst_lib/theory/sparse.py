@@ -53,7 +53,8 @@ def entmax_eos_gap(alpha) -> float:
         z_{\max} - z_v \ge \frac{1}{\alpha - 1} \;\Longrightarrow\; \mathrm{entmax}_\alpha(z)_v = 0.
 
     Proof. alpha-entmax is ``p_u = [(alpha - 1) z_u - tau]_+^{1/(alpha-1)}`` with tau chosen so
-    that ``sum_u p_u = 1`` (Martins et al. (2020), eq. 3 and Prop. 1; Peters et al. (2019)).
+    that ``sum_u p_u = 1`` (Peters et al. (2019); the problem it solves is Martins et al.
+    (2020), eq. 3).
     Since ``p_max <= 1``, ``(alpha - 1) z_max - tau <= 1``, i.e. ``tau >= (alpha - 1) z_max - 1``.
     The gap gives ``(alpha - 1) z_v <= (alpha - 1) z_max - 1 <= tau``, so ``p_v = 0``. The
     exact condition is ``(alpha - 1) z_v <= tau`` (:func:`entmax_excludes`); the gap is
