@@ -4,6 +4,7 @@ bounds, and Choi, Cho, Lee (2023) Remark 1."""
 from __future__ import annotations
 
 import math
+import random
 import signal
 from decimal import Decimal, getcontext, localcontext
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nmst_lib.decoding import decode
+from nmst_lib.heads import STHead, eos_lower_bound
 from nmst_lib.theory import (
     InconsistentRNN,
     beam_termination_bound,
@@ -403,6 +405,185 @@ def test_greedy_stops_exactly_at_the_first_step_eos_above_half_when_the_bound_is
     # eos beats token 0 exactly when f_lb(t) > 1 - f_lb(t): not one step earlier or later
     assert gen.lengths.tolist() == [t_half, t_half]
     assert bool(gen.terminated.all())
+
+
+# --------------------------------------------------------------------------- where the beam bound binds
+
+
+class _PrefixSTModel:
+    """An ST language model whose logits are a function ``logits_of(prefix)`` of the continuation so far,
+    turned into log-probabilities by the library's ST layer (``STHead.step``). It records every prefix it
+    is asked to continue: beam search asks for the prefixes of length t - 1 exactly when it ranks the
+    expansions of step t, so :meth:`last_step` is the step at which the search stopped."""
+
+    def __init__(self, eps, logits_of, vocab_size=3):
+        self.vocab_size, self.eos_id = vocab_size, vocab_size - 1
+        self.head, self.logits_of = STHead(eps, eos_id=self.eos_id), logits_of
+        self.seen = []  # (prefix, log-probabilities of its next token)
+
+    def _out(self, prefixes, head_state):
+        logits = torch.tensor([self.logits_of(p) for p in prefixes], dtype=torch.float64)
+        log_probs, head_state = self.head.step(logits, head_state)
+        self.seen.extend(zip(prefixes, log_probs))
+        return log_probs, head_state
+
+    def initial_state(self, contexts):
+        prefixes = [()] * contexts.shape[0]
+        head_state = self.head.initial_step_state(len(prefixes)).double()
+        log_probs, head_state = self._out(prefixes, head_state)
+        return (prefixes, head_state), log_probs
+
+    def step(self, state, tokens):
+        prefixes, head_state = state
+        prefixes = [p + (int(v),) for p, v in zip(prefixes, tokens)]
+        log_probs, head_state = self._out(prefixes, head_state)
+        return (prefixes, head_state), log_probs
+
+    def select(self, state, index):
+        prefixes, head_state = state
+        return [prefixes[i] for i in index.tolist()], head_state[index]
+
+    def last_step(self) -> int:
+        return max(len(p) for p, _ in self.seen) + 1
+
+    def eos_above_floor_everywhere(self, eps) -> bool:
+        # Prop. 4.1, part 3: alpha_t > f_lb(t) after every prefix; strict here, not up to rounding,
+        # because the eos logits below stay at or under 20 (sigma(20) = 1 - 2e-9)
+        return all(float(lp[self.eos_id]) > math.log(eos_lower_bound(len(p) + 1, eps)) for p, lp in self.seen)
+
+
+# ST multiplies 1 - alpha by sigma(z_eos) each step, so a LARGE eos logit resists stopping: sigma(20) = 1 - 2e-9
+# keeps alpha_t just above its floor f_lb(t) (a very negative one would give alpha_1 ~ 1)
+_Z_EOS = 20.0
+
+
+def _gap_model(eps, gap, later):
+    """Tokens A = 0, B = 1, eos = 2. Step 1 splits the non-eos mass between A and B with log-odds ``gap``;
+    after that every prefix gets the logits ``(*later, _Z_EOS)``. The logits depend on the step alone,
+    so all live prefixes (of equal length) share alpha_t."""
+    return _PrefixSTModel(eps, lambda p: (gap, 0.0, _Z_EOS) if not p else (*later, _Z_EOS))
+
+
+def _beam_stop(model, k, max_len):
+    gen = decode(model, torch.zeros(1, 1, dtype=torch.long), "beam", beam_size=k, max_len=max_len)
+    return model.last_step(), gen
+
+
+def _gap_window(eps):
+    """(lo, hi): the k = 2 model of ``_gap_model(eps, D, (0, -30))`` runs to t_1/2 + 1 iff lo < D < hi."""
+    t_half = first_step_eos_above_half(eps)
+    p_big, p_small = eos_lower_bound(t_half, eps), eos_lower_bound(t_half - 1, eps)
+    return math.log(p_big / (1 - p_big)), math.log((1 - p_small) / p_small)
+
+
+@pytest.mark.parametrize("eps,k,gap,later", [
+    (0.05, 2, 0.051, (0.0, -30.0)),  # window (0.0493, 0.0534)
+    (0.1, 2, 0.1, (0.0, -30.0)),  # window (0.0869, 0.1259)
+    (0.6, 3, 3.0, (0.0, 0.0)),  # t_1/2 = 1: k = 3 cannot bind for eps <= 1/2 (docstring)
+])
+def test_beam_search_bound_t_half_plus_k_minus_1_is_attained(eps, k, gap, later):
+    r"""Thm 4.3 (Chapter 4): beam search of width k stops within t_1/2 + k - 1 steps on every ST
+    model; on these it stops exactly then. Write P_t = f_lb(t), Q_t = 1 - P_t, P = P_{t_1/2},
+    Q = Q_{t_1/2}, T = t_1/2 - 1; alpha_t is within 1e-8 of P_t here.
+
+    k = 2: step 1 keeps A and B with score gap D = ``gap``; each then continues with A (B's logit
+    -30), so the gap stays D. At step 1 B's share (1 - eps) / (1 + e^D) beats eps; at every step
+    2 <= t <= T the two continuations beat the leader's eos iff D < log(Q_t / P_t), tightest at
+    t = T: no finish before t_1/2. At t_1/2 the leader's eos comes
+    first and its continuation beats the trailer's eos iff D > log(P / Q): one finish and one live
+    prefix, whose eos is the second finish, at t_1/2 + 1. That window is empty for some eps (next
+    test).
+
+    k = 3 never binds when eps <= 1/2, on any ST model. It needs no finish before t_1/2 and one each
+    at t_1/2 and t_1/2 + 1. At step T >= 1 each of the three kept prefixes scores at most its
+    parent's score + log(1 - alpha) and above every parent's eos expansion, so any two differ by
+    less than log(Q_T / P_T). From t_1/2 on a prefix's eos beats its own children, so a kept child
+    has its parent's eos kept: with one finish at t_1/2, both kept children u_1, u_2 have one
+    parent r, and each beats the eos of another prefix, so its share c_i of 1 - alpha(r) exceeds
+    R = (P / Q)(P_T / Q_T). At t_1/2 + 1 the u_i whose eos is kept keeps two children too, the
+    smaller at most half of 1 - alpha <= Q_{t_1/2+1}, above the other's eos (> 1/2), so
+    c_i / c_j > 2; with c_1 + c_2 <= 1 that forces R < 1/3. But R > P_T / Q_T > 1 - 2 eps, so
+    eps > 1/3, then t_1/2 = 2 and R = eps^2 (2 - eps) / (1 - eps)^3 >= 5/8. With eps > 1/2
+    (t_1/2 = 1) there is no step T: step 1 keeps all three children of the context, eos, A and B
+    (gap 3); at step 2 A's eos and both of A's children (shares 1/2) beat B's eos, since
+    e^3 > 2 alpha_2 / (1 - alpha_2) = 10.5; step 3 finishes the third.
+    """
+    t_half = first_step_eos_above_half(eps)
+    bound = t_half + k - 1
+    assert bound == beam_termination_bound(eps, k) - 1  # the chapter's count, one below the papers'
+    # a step limit well past the bound, so that it is not what stops the search
+    model = _gap_model(eps, gap, later)
+    stop, gen = _beam_stop(model, k, max_len=bound + 10)
+    assert stop == bound
+    assert gen.first_finish_steps.tolist() == [t_half]  # nothing finished before t_1/2
+    assert bool(gen.terminated.all())
+    # every finished sequence entered at the step equal to its length, at the latest `stop`;
+    # the returned one is the first, the most probable
+    assert gen.lengths.tolist() == [t_half]
+    assert model.eos_above_floor_everywhere(eps)
+
+
+def test_beam_width_2_runs_to_t_half_plus_1_exactly_when_the_gap_is_inside_the_window():
+    r"""The k = 2 construction above for eps with t_1/2 = 3, 5, 8, 13, and gaps D on both sides of
+    each edge of the window (lo, hi) of ``_gap_window``: the search stops at t_1/2 + 1 exactly when
+    lo < D < hi, never later (Thm 4.3). Otherwise it stops by t_1/2: at or below lo both eos
+    expansions are kept at t_1/2; above hi the leader's eos is kept at some step before t_1/2.
+
+    The window is open iff P P_T < Q Q_T, i.e. (1 - eps)^T > 1 / (2 - eps), i.e. floor(beta_eps) <
+    beta_eps log2(2 - eps): roughly, iff the fractional part of beta_eps exceeds 1/2. When it is
+    empty no ST model at all reaches t_1/2 + 1 with k = 2 (t_1/2 >= 2): at step T the two kept
+    prefixes beat every parent's eos, so their gap is below log(Q_T / P_T) = hi, and at t_1/2 the
+    leader's kept child (at most 1 - alpha <= Q) beats the trailer's eos (at least P): gap above lo.
+    """
+    seen = set()
+    for beta in (2.2, 2.8, 4.2, 4.8, 7.2, 7.8, 12.2, 12.8):
+        eps = -math.expm1(-math.log(2.0) / beta)  # beta_eps = beta
+        t_half = first_step_eos_above_half(eps)
+        lo, hi = _gap_window(eps)
+        beta_eps = half_life_bound(eps)
+        assert (lo < hi) == (math.floor(beta_eps) < beta_eps * math.log2(2 - eps)) == (beta % 1 > 0.5)
+        seen.add(lo < hi)
+        gaps = [0.0, lo - 1e-4, lo + 1e-4, (lo + hi) / 2, hi - 1e-4, hi + 1e-4, 2 * hi]
+        for gap in gaps:
+            model = _gap_model(eps, gap, (0.0, -30.0))
+            stop, gen = _beam_stop(model, 2, max_len=t_half + 10)
+            first_finish = int(gen.first_finish_steps[0])
+            if lo < gap < hi:
+                assert (stop, first_finish) == (t_half + 1, t_half), (eps, gap)
+            elif gap < hi:  # gap <= lo: both eos expansions kept at t_1/2
+                assert (stop, first_finish) == (t_half, t_half), (eps, gap)
+            else:  # the leader's eos kept before t_1/2
+                assert stop <= t_half and first_finish < t_half, (eps, gap)
+            assert bool(gen.terminated.all()) and model.eos_above_floor_everywhere(eps)
+    assert seen == {True, False}
+
+
+def _random_logits(seed):
+    """Logits drawn afresh for every prefix (three non-eos tokens with spread 3, eos logit in [5, 20]),
+    the same ones whenever the same prefix comes back."""
+    def logits_of(prefix):
+        rng = random.Random(f"{seed}:{prefix}")
+        return (*(rng.gauss(0.0, 3.0) for _ in range(3)), rng.uniform(5.0, 20.0))
+    return logits_of
+
+
+def test_beam_search_stops_within_t_half_plus_k_minus_1_on_random_st_models_and_width_3_by_t_half_plus_1():
+    r"""Thm 4.3 on random ST models whose logits depend on the whole prefix, k = 1..4: the search
+    never runs past t_1/2 + k - 1. With k = 3 and eps <= 1/2 it never runs past t_1/2 + 1 either
+    (the impossibility argued in ``test_beam_search_bound_t_half_plus_k_minus_1_is_attained``),
+    though some of these models take it that far, to the edge of the claim."""
+    width_3_at_edge = 0
+    for seed in range(48):
+        eps, k = (0.1, 0.2, 0.3, 0.45)[seed % 4], 1 + seed // 4 % 4
+        model = _PrefixSTModel(eps, _random_logits(seed), vocab_size=4)
+        t_half = first_step_eos_above_half(eps)
+        stop, gen = _beam_stop(model, k, max_len=t_half + k + 5)
+        assert stop <= t_half + k - 1 and bool(gen.terminated.all()), (seed, eps, k, stop)
+        assert model.eos_above_floor_everywhere(eps)
+        if k == 3:
+            assert stop <= t_half + 1, (seed, eps, stop)
+            width_3_at_edge += stop == t_half + 1
+    assert width_3_at_edge >= 2
 
 
 # --------------------------------------------------------------------------- Remark 1
