@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +52,22 @@ def note_if_busy(load: float | None, device: torch.device) -> None:
         print(
             f"note: load average {load:.1f} on {os.cpu_count()} cores; other processes disturb these timings"
         )
+
+
+def machine_and_run(device: torch.device, code_version: str, argv, load: float | None) -> dict:
+    """The fields ``machine`` (device, torch, threads, platform, processor and cores, the load
+    average ``load``), ``code_version``, ``command`` (the command line, or ``repr(argv)`` when the
+    script was called with ``argv``) and ``date_utc`` of a result record, in that order."""
+    command = "python " + " ".join([Path(sys.argv[0]).name] + sys.argv[1:]) if argv is None else repr(argv)
+    return {
+        "machine": {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                    "platform": platform.platform(terse=True),
+                    "processor": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+                    "load_average_1min_at_end": load},
+        "code_version": code_version,
+        "command": command,
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
 
 
 def write_json(path: str | os.PathLike, record: dict, indent: int = 2) -> None:

@@ -27,8 +27,6 @@ a mixture of M softmaxes multiplies the projection and the softmax by M.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -41,7 +39,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _provenance import KEY, short_version, stamp  # noqa: E402
-from _timing import load_average, note_if_busy, timed, write_json  # noqa: E402
+from _timing import (  # noqa: E402
+    load_average,
+    machine_and_run,
+    note_if_busy,
+    timed,
+    write_json,
+)
 from bench_training import synthetic_batches, train_steps  # noqa: E402
 
 from nmst_lib import data as D  # noqa: E402
@@ -149,13 +153,7 @@ def main(argv=None) -> dict:
         "greedy_decoding": decoding,
         "greedy_decoding_unit": "generated tokens per second",
         "timed_wall_seconds": wall,
-        "machine": {"device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                    "platform": platform.platform(terse=True),
-                    "processor": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-                    "load_average_1min_at_end": load},
-        "code_version": short_version(provenance),
-        "command": "python " + " ".join([Path(sys.argv[0]).name] + sys.argv[1:]) if argv is None else repr(argv),
-        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **machine_and_run(device, short_version(provenance), argv, load),
         "note": "Ratios are what matters (same batches, same contexts, models interleaved within each round); "
                 "absolute numbers depend on the machine and its load.",
         KEY: provenance,
