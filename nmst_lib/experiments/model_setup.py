@@ -164,13 +164,14 @@ def subnormals_flushed():
     falls below 1.18e-38, and a quarter of the gradient entries of the temperature layer's
     ``W2`` were subnormal in the trained CT-MoS. x86 arithmetic on subnormals takes a slow
     path, so one training step took about twice as long as with them flushed (2.1x measured
-    on that model's checkpoint; ``benchmarks/bench_subnormals.py`` times a saturated layer).
-    What flushing changes is only numbers smaller than 1.2e-38 in magnitude: such gradient
-    terms move an AdamW step (its ``eps`` is 1e-8) by less than 1e-30 of the learning rate each,
-    and in the forward pass ``sigmoid(mu) + a`` rounds to ``a`` either way (for ``a`` above
-    1e-30). Other models
-    of the book train at the same speed either way (0.85-1.04x measured on Chapter 6's LSTM and
-    RNN, Chapter 7's GPT-2 and a CT-MoS without loss scaling).
+    on that model's checkpoint, and its epochs in the training queue went from 11 to about 5.5
+    minutes; ``benchmarks/bench_subnormals.py`` times a CT-MoS saturated to the same scores:
+    1.6x). What flushing changes is only numbers smaller than 1.2e-38 in magnitude: such
+    gradient terms move an AdamW step (its ``eps`` is 1e-8) by less than 1e-30 of the learning
+    rate each, and in the forward pass ``sigmoid(mu) + a`` rounds to ``a`` either way (for ``a``
+    above 1e-30). Other models of the book train at the same speed either way (0.85-1.04x,
+    within the noise of a shared machine, on Chapter 6's LSTM and RNN, Chapter 7's GPT-2 and a
+    CT-MoS without loss scaling).
 
     The mode belongs to a thread. It holds for all of a run's arithmetic with one intra-op
     thread (``torch.set_num_threads(1)``, the published runs' ``--threads 1``) and when the
