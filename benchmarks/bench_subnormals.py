@@ -12,7 +12,7 @@ temperature to its floor a / b, with the temperature layer's scores ``mu`` far b
 (between about -100 and -40 in the book's trained CT-MoS); ``sigmoid'(mu)`` times the gradient
 that reaches it is then below float32's smallest normal number (1.18e-38), and x86 arithmetic on
 such subnormal numbers takes a slow path. The model here is Chapter 9's cpu CT-MoS (LSTM 2 x 128,
-vocabulary 4,000 with eos last, M = 3, sigmoid (a, b) = (1, 1/2), rank 64, the literal eq. 7),
+vocabulary 4,000 with eos last, M = 3, sigmoid (a, b) = (1, 1/2), rank 64, the literal eq. 7; ``bench_temperature.build("ct-mos3", ...)``),
 saturated (:func:`saturate`) so that its scores lie about where the trained model's did (its
 10, 50 and 90 % quantiles were -87, -68 and -48; ``--mu-mean`` -68 by default), and the same
 model unsaturated (its initialisation) as a control. Each of the four (saturated or not, flushed or not) trains on the
@@ -41,26 +41,17 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _provenance import KEY, short_version, stamp  # noqa: E402
 from _timing import load_average, machine_and_run, note_if_busy, write_json  # noqa: E402
+from bench_temperature import build as build_temperature_model  # noqa: E402
 from bench_training import synthetic_batches, train_steps  # noqa: E402
 
 from nmst_lib.experiments.model_setup import (  # noqa: E402
     subnormals_are_flushed,
     subnormals_flushed,
 )
-from nmst_lib.heads import VanillaHead  # noqa: E402
 from nmst_lib.models import LSTMLM  # noqa: E402
-from nmst_lib.temperature import contextual_head  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "subnormals.json"
 TINY = torch.finfo(torch.float32).tiny
-
-
-def build(vocab: int, hidden: int, layers: int, rank: int) -> LSTMLM:
-    """CT-MoS, M = 3, sigmoid (a, b) = (1, 1/2), with the literal eq. 7 (loss scaling, not detached)."""
-    torch.manual_seed(0)
-    head = contextual_head(VanillaHead(), hidden, vocab, normalisation="sigmoid", rank=rank, mixtures=3,
-                           loss_scaling=True)
-    return LSTMLM(vocab, hidden=hidden, layers=layers, dropout=0.3, head=head)
 
 
 def scores_and_their_gradient(model: LSTMLM, batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,7 +142,7 @@ def main(argv=None) -> dict:
         raise RuntimeError("subnormals are already flushed in this process: the unflushed timings would not be")
 
     batches = synthetic_batches(args.vocab, args.batches, args.batch_size)
-    base = build(args.vocab, args.hidden, args.layers, args.rank)
+    base = build_temperature_model("ct-mos3", args.vocab, args.hidden, args.layers, args.rank)
     saturated = copy.deepcopy(base)
     saturate(saturated, batches[0], args.mu_mean, args.mu_noise)
     mu, grad = scores_and_their_gradient(saturated, batches[0])
@@ -162,7 +153,7 @@ def main(argv=None) -> dict:
     name = lambda case: f"{case[0]}, {'flushed' if case[1] else 'not flushed'}"
 
     def run(case) -> float:
-        model = build(args.vocab, args.hidden, args.layers, args.rank).to(device)
+        model = build_temperature_model("ct-mos3", args.vocab, args.hidden, args.layers, args.rank).to(device)
         model.load_state_dict(states[case[0]])  # every pass starts from the same weights
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
         torch.manual_seed(2)
