@@ -207,9 +207,10 @@ class Band:
             binom = _agresti_coull_var(float(vals.mean()), pooled)
             seeds = float(vals.var(ddof=1)) / vals.size if vals.size >= 2 else 0.0
             var += max(binom, seeds)
+            # the same n contexts decoded by each seed: say so, not "s * n contexts"
             parts.append(f"{name}: the spread of its {vals.size} seeds" if seeds > binom else
-                         f"{name}: binomial (Agresti-Coull) on {pooled:,} {_text(unit, 'unit')}"
-                         + (f" ({vals.size} seeds)" if vals.size > 1 else ""))
+                         f"{name}: binomial (Agresti-Coull) on {n:,} {_text(unit, 'unit')}"
+                         + (f" × {vals.size} seeds, pooled" if vals.size > 1 else ""))
         return cls(k * math.sqrt(var), f"{k:g} s.e.; {'; '.join(parts)}")
 
     @classmethod
@@ -523,15 +524,21 @@ class Finding:
         comparison beyond the paper, :attr:`Claim.beyond`, do not)."""
         return self.verdict in ("reproduces", "does not reproduce") and not self.claim.beyond
 
-    def sizes(self) -> str:
-        """The numbers behind the verdict, e.g. "NMST − ST = −4.80; band ±15.00 (...)"."""
+    def sizes(self, brief: bool = False) -> str:
+        """The numbers behind the verdict, e.g. "NMST − ST = −4.80; band ±15.00 (...)".
+
+        ``brief``: the difference and the band's half-width only, without where the band comes
+        from and without the paper's value (a section whose table beside the verdict already
+        quotes the paper; the chapter's list of findings gives both); a reason (why a finding
+        is forced or not run) is always kept."""
         parts = []
         if self.value is not None:
             name = self.claim.quantity or "difference"
             parts.append(f"{name} = {self.value:+.{self.digits}f}")
         if self.band is not None:
-            parts.append(f"noise band ±{self.band.half_width:.{self.digits}f} ({self.band.source})")
-        if self.claim.paper_value:
+            parts.append(f"noise band ±{self.band.half_width:.{self.digits}f}"
+                         + ("" if brief else f" ({self.band.source})"))
+        if self.claim.paper_value and not brief:
             parts.append(f"paper: {self.claim.paper_value}")
         if self.reason:
             parts.append(self.reason)
@@ -613,14 +620,18 @@ class Findings:
                 return f
         raise KeyError(f"no finding {claim_id!r} on this page; judged: {[f.claim.id for f in self.items]}")
 
-    def line(self, *claim_ids: str) -> str:
+    def line(self, *claim_ids: str, brief: bool = False) -> str:
         """The verdicts of some findings in one sentence, for the prose of their section
-        (at least one claim id; ``ValueError`` otherwise)."""
+        (at least one claim id; ``ValueError`` otherwise). ``brief``: each with its difference
+        and band width only (:meth:`Finding.sizes`), for a section whose table quotes the paper;
+        the chapter's list (:meth:`markdown_list`) keeps every detail."""
         if not claim_ids:
             raise ValueError("line needs the id of at least one judged finding, got none")
+        if not isinstance(brief, bool):
+            raise TypeError(f"brief must be True or False, got {brief!r}")
         return "; ".join(f"{self[i].claim.statement}"
                          f"{' (beyond the paper, not counted)' if self[i].claim.beyond else ''}: "
-                         f"*{self[i].verdict}* ({self[i].sizes()})" for i in claim_ids) + "."
+                         f"*{self[i].verdict}* ({self[i].sizes(brief)})" for i in claim_ids) + "."
 
     @property
     def of_the_papers(self) -> list:

@@ -461,6 +461,21 @@ def test_a_section_quotes_its_verdicts_by_claim_id():
         f.line()
 
 
+def test_a_brief_line_keeps_the_difference_band_width_and_reason_but_not_the_band_source_or_paper():
+    f = Findings("ch6")
+    f.judge(Claim("a", "P", "T1", "a holds", quantity="a − b", paper_value="1 against 2"), -2.0,
+            floor=Band.floor(1.0, "a stated floor"))
+    f.not_run(Claim("c", "P", "T2", "c holds", paper_value="3"), "not trained")
+    full, brief = f.line("a", "c"), f.line("a", "c", brief=True)
+    assert brief == ("a holds: *reproduces* (a − b = -2.00; noise band ±1.00); "
+                     "c holds: *not run* (not run: not trained).")
+    assert "a stated floor" in full and "paper: 1 against 2" in full and "paper: 3" in full
+    # the list of findings keeps every detail whatever the sections show
+    assert "a stated floor" in f.markdown_list() and "paper: 1 against 2" in f.markdown_list()
+    with pytest.raises(TypeError, match="brief must be True or False"):
+        f.line("a", brief="yes")
+
+
 def test_rate_band_with_one_seed_each_is_the_binomial_band():
     one = Band.rates([0.3], 128, [0.0], 128, names=("VA", "NMST"))
     assert one.half_width == pytest.approx(Band.binomial(0.3, 128, 0.0, 128).half_width)
@@ -488,7 +503,7 @@ def test_rate_band_never_narrower_than_binomial_on_the_pooled_continuations():
     band = Band.rates([0.25, 0.25], 128)
     q = (0.25 * 256 + 2) / 260
     assert band.half_width == pytest.approx(2 * np.sqrt(q * (1 - q) / 260))
-    assert band.source == "2 s.e.; first: binomial (Agresti-Coull) on 256 contexts (2 seeds)"
+    assert band.source == "2 s.e.; first: binomial (Agresti-Coull) on 128 contexts × 2 seeds, pooled"
     # the verdict of a tie at zero stays within noise
     assert decide(CLAIM, 0.0, Band.rates([0.0, 0.0], 128, [0.0], 128)).verdict == "within noise"
 
