@@ -3,6 +3,7 @@
     python scripts/train_queue.py plan                 the queue, one model per line, in order
     python scripts/train_queue.py start WORK [LANES]   LANES (default 2) lanes in the background
     python scripts/train_queue.py start WORK --update-tree   first move WORK/tree to this HEAD
+    python scripts/train_queue.py start WORK --fit MINUTES   only models that end within MINUTES
     python scripts/train_queue.py status WORK          done, running and still to run, with times
     python scripts/train_queue.py land WORK [KEY ...]  copy finished results into the published store
     python scripts/train_queue.py lane WORK            one lane in the foreground (what start runs)
@@ -38,6 +39,14 @@ while a lane runs), so that a plan whose suites grew (e.g. the seeds of Chapters
 them from a newer clean commit. A model resumed there from an older commit's checkpoint is
 stamped with the new commit: do it only when the training code of the models in flight is the
 same at both (``git diff OLD NEW -- nmst_lib`` says), and say so where the results are committed.
+
+``--fit MINUTES`` is for a machine that may not outlive the session: a lane then starts a model
+only when its expected training time (:func:`estimate_minutes`, from the measured times of its
+nearest published relatives) ends within MINUTES of ``start``, and always resumes a model whose
+checkpoint survived. Without it a model longer than the session is begun and, when the next
+session gets a fresh machine, lost: in session 31 the two CT-MoS models of Chapter 9 (about 2.5
+and 2 hours in, of 4-7) were lost that way, so the lanes took the hour-long models of Chapters 7
+and 6 first, which land within a session.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ import argparse
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -132,6 +142,54 @@ def queue() -> list[tuple[str, object]]:
     return first + later
 
 
+def _words(key: str) -> list[str]:
+    """A model's key as words, without its seed (``cpu-lstm-va-bpe4k-nounk-seed1`` -> ``[cpu, lstm,
+    va, bpe4k, nounk]``)."""
+    return key.rsplit("-seed", 1)[0].split("-")
+
+
+def estimate_minutes(family: str, config, store: Path | None = None) -> float:
+    """Expected minutes of training of ``config`` on one shared core: the median of
+    ``provenance.train_seconds`` over the published results of its family whose keys share the most
+    leading words with its own (its other seeds, when any are published; else its nearest
+    relatives, e.g. the other CT-MoS models for a CT-MoS of a new temperature map), else the
+    family's measured mean ``MINUTES``."""
+    store = published_results_dir() if store is None else store
+    words, best, times = _words(config.key), 0, []
+    for path in sorted((store / family).glob("*.json")) if (store / family).is_dir() else []:
+        other = _words(path.stem)
+        shared = next((i for i, (a, b) in enumerate(zip(words, other)) if a != b), min(len(words), len(other)))
+        if shared < best or shared == 0:
+            continue
+        seconds = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("train_seconds")
+        if not seconds:
+            continue
+        if shared > best:
+            best, times = shared, []
+        times.append(seconds / 60)
+    return statistics.median(times) if times else float(MINUTES[family])
+
+
+def has_checkpoint(work: Path, key: str) -> bool:
+    """Whether a checkpoint of ``key`` survived in ``WORK/ckpt`` (either format)."""
+    return any((work / "ckpt" / f"{key}{suffix}").is_file() for suffix in (".safetensors", ".pt"))
+
+
+def next_job(work: Path, until: float | None = None):
+    """The first model of the queue that is neither done nor claimed, claimed for this lane; with
+    ``until`` (a time, seconds since the epoch) only a model that resumes from a checkpoint or whose
+    :func:`estimate_minutes` ends before it. None when no model qualifies."""
+    for family, config in queue():
+        if where_done(family, config, work) is not None:
+            continue
+        if until is not None and not has_checkpoint(work, config.key):
+            if estimate_minutes(family, config) > (until - time.time()) / 60:
+                continue
+        if claim(work, config.key):
+            return family, config
+    return None
+
+
 def where_done(family: str, config, work: Path | None, tree: Path = ROOT) -> str | None:
     """Where a CURRENT result of ``config`` is stored (None: nowhere): the repository's stores
     first, so that ``WORK/out`` names a finished result that is not committed yet (to land)."""
@@ -191,14 +249,16 @@ def suite_command(family: str, key: str, work: Path) -> list[str]:
             "--threads", "1", "--no-progress", "--out", str(work / "out"), "--checkpoint-dir", str(work / "ckpt")]
 
 
-def run_lane(work: Path) -> None:
-    """Take models from the queue until none is left to take."""
+def run_lane(work: Path, until: float | None = None) -> None:
+    """Take models from the queue until none is left to take (with ``until``: none that ends in
+    time, :func:`next_job`)."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     while not stop:
-        job = next(((f, c) for f, c in queue() if where_done(f, c, work) is None and claim(work, c.key)), None)
+        job = next_job(work, until)
         if job is None:
-            print(f"[lane {os.getpid()}] {time.strftime('%H:%M:%S')} nothing left to take", flush=True)
+            left = "" if until is None else f" that ends by {time.strftime('%H:%M', time.localtime(until))}"
+            print(f"[lane {os.getpid()}] {time.strftime('%H:%M:%S')} nothing left to take{left}", flush=True)
             return
         family, config = job
         started = time.time()
@@ -224,7 +284,7 @@ def update_tree(work: Path, rev: str) -> None:
     subprocess.run(["git", "-C", str(work / "tree"), "checkout", "--quiet", "--detach", rev], check=True)
 
 
-def start(work: Path, lanes: int, update: bool = False) -> None:
+def start(work: Path, lanes: int, update: bool = False, fit: float | None = None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     tree = work / "tree"
     if update and tree.is_dir():
@@ -247,8 +307,9 @@ def start(work: Path, lanes: int, update: bool = False) -> None:
     for i in range(lanes):
         log_path = work / "logs" / f"lane{i + 1}-{time.strftime('%Y%m%d-%H%M%S')}.log"  # a new log per start
         log = open(log_path, "a")
+        until = [] if fit is None else ["--until", f"{time.time() + fit * 60:.0f}"]
         proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(tree / "scripts" / "train_queue.py"),
-                                 "lane", str(work)], cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 "lane", str(work), *until], cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         print(f"[start] lane {i + 1}: pid {proc.pid}, log {log_path}")
         time.sleep(5)  # let it claim before the next lane looks
@@ -261,13 +322,14 @@ def status(work: Path) -> None:
         done = where_done(family, config, work, tree=work / "tree" if (work / "tree").is_dir() else ROOT)
         state = ("done, to land (WORK/out)" if done == "WORK/out" else f"done ({done})") if done else (
             "running" if config.key in claimed else "to run")
+        minutes = "" if done else f"~{estimate_minutes(family, config):.0f} min"
         if not done:
-            todo_minutes += MINUTES[family]
-        rows.append(f"{state:26} {family:12} {config.key}")
+            todo_minutes += estimate_minutes(family, config)
+        rows.append(f"{state:26} {minutes:9} {family:12} {config.key}")
     print("\n".join(rows))
     n_done = sum(r.startswith("done") for r in rows)
     print(f"\n{n_done} of {len(rows)} done; the rest is about {todo_minutes / 60:.0f} CPU hours "
-          f"({todo_minutes / 60 / 2:.0f} h on two lanes; MINUTES per model)")
+          f"({todo_minutes / 60 / 2:.0f} h on two lanes; estimate_minutes per model)")
 
 
 def summary(data: dict) -> str:
@@ -324,8 +386,12 @@ def main(argv=None) -> None:
     s.add_argument("work", type=Path)
     s.add_argument("lanes", type=int, nargs="?", default=2)
     s.add_argument("--update-tree", action="store_true", help="move WORK/tree to this HEAD first")
-    for name in ("status", "lane"):
-        sub.add_parser(name).add_argument("work", type=Path)
+    s.add_argument("--fit", type=float, metavar="MINUTES",
+                   help="start only models expected to end within MINUTES (and resume any with a checkpoint)")
+    sub.add_parser("status").add_argument("work", type=Path)
+    s = sub.add_parser("lane")
+    s.add_argument("work", type=Path)
+    s.add_argument("--until", type=float, help="a time (seconds since the epoch) models must end by")
     s = sub.add_parser("land", help="copy finished results into the published store")
     s.add_argument("work", type=Path)
     s.add_argument("keys", nargs="*")
@@ -336,13 +402,15 @@ def main(argv=None) -> None:
     elif args.command == "start":
         if args.lanes < 1:
             raise SystemExit("lanes must be >= 1")
-        start(args.work.resolve(), args.lanes, update=args.update_tree)
+        if args.fit is not None and args.fit <= 0:
+            raise SystemExit(f"--fit must be a positive number of minutes, got {args.fit}")
+        start(args.work.resolve(), args.lanes, update=args.update_tree, fit=args.fit)
     elif args.command == "status":
         status(args.work.resolve())
     elif args.command == "land":
         land(args.work.resolve(), args.keys)
     else:
-        run_lane(args.work.resolve())
+        run_lane(args.work.resolve(), args.until)
 
 
 if __name__ == "__main__":

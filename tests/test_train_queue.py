@@ -190,3 +190,54 @@ def test_land_copies_a_waiting_result_byte_for_byte_once_and_refuses_a_dirty_one
     with pytest.raises(SystemExit, match="git_dirty"):
         tq.land(work, [config.key], store=store)
     assert not written[0].exists()
+
+
+def _stored(store: Path, family: str, key: str, minutes: float) -> None:
+    (store / family).mkdir(parents=True, exist_ok=True)
+    payload = {"provenance": {"train_seconds": minutes * 60}}
+    (store / family / f"{key}.json").write_text(json.dumps(payload), encoding="utf-8")
+
+
+def test_a_models_expected_time_is_the_median_of_its_nearest_published_relatives(tq, plan, tmp_path):
+    """The estimate reads the model's other seeds when they are published, else the results whose
+    keys share the most leading words with its own, else the family's measured mean."""
+    family, config = next((f, c) for f, c in plan if f == "wikitext2")
+    stem = config.key.rsplit("-seed", 1)[0]
+    store = tmp_path / "store"
+    assert tq.estimate_minutes(family, config, store) == tq.MINUTES[family]  # nothing published
+    _stored(store, family, "cpu-some-other-model-seed0", 500)  # shares one word: the nearest so far
+    assert tq.estimate_minutes(family, config, store) == 500
+    _stored(store, family, f"{stem}-seed7", 30)
+    _stored(store, family, f"{stem}-seed8", 50)
+    _stored(store, family, f"{stem}-seed9", 400)
+    assert tq.estimate_minutes(family, config, store) == 50  # its own seeds, their median
+    words = config.key.split("-")
+    _stored(store, family, "-".join(words[:-2] + ["other", "seed0"]), 90)  # a cousin: fewer shared words
+    assert tq.estimate_minutes(family, config, store) == 50
+
+
+def test_with_a_deadline_a_lane_starts_only_what_ends_in_time_and_resumes_a_surviving_checkpoint(tq, tmp_path,
+                                                                                                    monkeypatch):
+    """--fit: a model expected to outlast the session is left for later (a fresh machine would lose
+    it), a shorter one behind it is taken, and a model whose checkpoint survived is resumed however
+    long it is; nothing qualifying leaves the lane idle."""
+    fam = get_family("wikitext2")
+    jobs = [("wikitext2", c) for c in fam.configs("cpu", **tq.RECIPES["wikitext2"])][:3]
+    monkeypatch.setattr(tq, "queue", lambda: jobs)
+    monkeypatch.setattr(tq, "where_done", lambda *a, **k: None)
+    minutes = {jobs[0][1].key: 300.0, jobs[1][1].key: 40.0, jobs[2][1].key: 300.0}
+    monkeypatch.setattr(tq, "estimate_minutes", lambda family, config: minutes[config.key])
+    work = tmp_path / "work"
+    until = tq.time.time() + 60 * 60  # an hour left
+    assert tq.next_job(work, until)[1].key == jobs[1][1].key  # the 40-minute model, not the first
+    assert tq.next_job(work, until) is None  # the rest is too long and has no checkpoint
+    (work / "ckpt").mkdir()
+    (work / "ckpt" / f"{jobs[2][1].key}.safetensors").write_bytes(b"")
+    assert tq.next_job(work, until)[1].key == jobs[2][1].key  # its checkpoint survived: resumed
+    assert tq.next_job(work, None)[1].key == jobs[0][1].key  # no deadline: the queue's order
+    assert tq.next_job(work, None) is None  # all three claimed
+
+
+def test_fit_must_be_a_positive_number_of_minutes(tq, tmp_path):
+    with pytest.raises(SystemExit, match="--fit must be a positive number of minutes"):
+        tq.main(["start", str(tmp_path), "--fit", "0"])
