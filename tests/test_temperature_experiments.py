@@ -407,6 +407,19 @@ def test_frequency_ranks_and_tracked_tokens():
         T.frequency_ranks(tokens)
 
 
+def test_the_tracked_tokens_rule_counts_ranks_from_one_as_the_figures_do():
+    """tracked_token_ids(top=3) takes frequency ranks 0, 1, 2 of ``frequency_ranks`` (0-based
+    indices); in words they are ranks 1-3, the most frequent token being rank 1."""
+    rule = T.tracked_tokens_rule(top=3, log_spaced=4)
+    assert "the 3 most frequent training tokens (frequency ranks 1-3)" in rule
+    assert "4 more at log-spaced ranks" in rule and "0-" not in rule
+    assert "log-spaced" not in T.tracked_tokens_rule(top=3, log_spaced=0)
+    with pytest.raises(ValueError, match="log_spaced must be an integer >= 0"):
+        T.tracked_tokens_rule(top=3, log_spaced=-1)
+    with pytest.raises(ValueError, match="top"):
+        T.tracked_tokens_rule(top=0)
+
+
 def test_monitor_subset_is_fixed_and_within_budget():
     data = _toy_data([19, 8, 25, 17, 30, 6, 18, 40])
     a, b = T.monitor_subset(data, 60, seed=3), T.monitor_subset(data, 60, seed=3)

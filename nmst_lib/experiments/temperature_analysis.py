@@ -4,7 +4,7 @@ temperature and a :class:`nmst_lib.data.SequenceData`, batched tensor operations
 over tokens. :mod:`nmst_lib.experiments.temperature_suite` runs them on every model of the suite
 and stores what they return.
 
-* :func:`frequency_ranks`, :func:`tracked_token_ids`, :func:`monitor_subset`: which tokens and
+* :func:`frequency_ranks`, :func:`tracked_token_ids` (in words: :func:`tracked_tokens_rule`), :func:`monitor_subset`: which tokens and
   lines the temperature is followed on during training;
 * :func:`token_temperatures` and :func:`temperature_monitor`: the mean temperature of every
   vocabulary entry (Fig. 1a; the ``monitor`` hook of :func:`nmst_lib.experiments.trainer.train`);
@@ -29,6 +29,7 @@ from .._validation import check_positive_int
 __all__ = [
     "frequency_ranks",
     "tracked_token_ids",
+    "tracked_tokens_rule",
     "monitor_subset",
     "token_temperatures",
     "temperature_monitor",
@@ -78,6 +79,19 @@ def tracked_token_ids(ranks: torch.Tensor, *, top: int = 100, log_spaced: int = 
             out.append(i)
             seen.add(i)
     return out
+
+
+def tracked_tokens_rule(top: int = 100, log_spaced: int = 60) -> str:
+    """The tracked set of :func:`tracked_token_ids` in words, with frequency ranks counted from 1
+    (rank 1 = the most frequent token), as Chapter 9's figures (09_temperature) count them: the
+    ``top`` most frequent training tokens, ``log_spaced`` more at log-spaced ranks down to the
+    rarest, ⟨eos⟩ and ``<unk>``, and ``<pad>`` (never a target) left out."""
+    top = check_positive_int(top, "top")
+    if isinstance(log_spaced, bool) or not isinstance(log_spaced, int) or log_spaced < 0:
+        raise ValueError(f"log_spaced must be an integer >= 0, got {log_spaced!r}")
+    spaced = f", {log_spaced} more at log-spaced ranks down to the rarest" if log_spaced else ""
+    return (f"the {top} most frequent training tokens (frequency ranks 1-{top}){spaced}, ⟨eos⟩ and <unk> "
+            "(<pad>, never a target, left out)")
 
 
 def monitor_subset(data: D.SequenceData, max_tokens: int, seed: int = 0) -> D.SequenceData:

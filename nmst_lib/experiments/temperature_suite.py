@@ -106,6 +106,7 @@ from .temperature_analysis import (
     temperature_monitor,
     token_temperatures,
     tracked_token_ids,
+    tracked_tokens_rule,
 )
 from .trainer import TrainedRun, train
 
@@ -127,6 +128,7 @@ __all__ = [
     "load_baselines",
     "frequency_ranks",
     "tracked_token_ids",
+    "tracked_tokens_rule",
     "monitor_subset",
     "token_temperatures",
     "temperature_monitor",
@@ -507,8 +509,7 @@ def _tracking(config: TemperatureConfig, data) -> dict:
     counts = torch.bincount(data.train.tokens, minlength=len(vocab))
     return {"ids": ids, "strings": vocab.decode(ids), "frequency_ranks": rank_of[ids].tolist(),
             "train_counts": counts[ids].tolist(), "train_tokens": data.train.num_tokens,
-            "rule": f"frequency ranks 0-{ev['tracked_top'] - 1} of the training tokens, {ev['tracked_log_spaced']} "
-                    "log-spaced ranks down to the rarest, eos and <unk> (<pad> never a target: left out)"}
+            "rule": tracked_tokens_rule(ev["tracked_top"], ev["tracked_log_spaced"])}
 
 
 def _history_with_temperature(history: list[dict], log: list[dict]) -> list[dict]:
