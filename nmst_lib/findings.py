@@ -675,10 +675,18 @@ class Findings:
             head = f"of the {n(tested, 'finding', 'findings')} of {papers} tested on this page, {listed}"
         return head + (f"; {n(c['not run'], 'was', 'were')} not run" if c["not run"] else "")
 
-    def markdown_list(self) -> str:
-        """One bullet per finding of the papers: statement (paper, where): **verdict** (sizes)."""
+    def markdown_list(self, by_verdict: bool = False) -> str:
+        """One bullet per finding of the papers: statement (paper, where): **verdict** (sizes); in
+        the order they were judged, or with ``by_verdict`` grouped in the order of ``VERDICTS``
+        (those that reproduce first, those not run last), the order within a verdict kept, as
+        each chapter's "What reproduces" list shows them."""
+        if not isinstance(by_verdict, bool):
+            raise TypeError(f"by_verdict must be True or False, got {type(by_verdict).__name__}")
+        shown = self.of_the_papers
+        if by_verdict:
+            shown = sorted(shown, key=lambda f: VERDICTS.index(f.verdict))  # stable: judged order within
         return "\n".join(f"* **{f.claim.statement}** ({f.claim.paper}, {f.claim.where}): "
-                         f"*{f.verdict}* ({f.sizes()})." for f in self.of_the_papers)
+                         f"*{f.verdict}* ({f.sizes()})." for f in shown)
 
     def beyond_list(self) -> str:
         """One bullet per comparison beyond the papers: statement (after paper, where): how the

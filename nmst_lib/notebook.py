@@ -156,7 +156,7 @@ def markdown_text(text):
 def say_findings(findings, prefix: str) -> dict:
     """Glue a chapter's :class:`nmst_lib.findings.Findings`: its list, Summary sentence and counts.
 
-    Keys: ``{prefix}_summary_list`` (the "What reproduces" list), ``{prefix}_summary_counts``
+    Keys: ``{prefix}_summary_list`` (the "What reproduces" list, grouped by verdict), ``{prefix}_summary_counts``
     (the Summary's sentence), ``{prefix}_n_<verdict>`` for each verdict, so every count a
     page states comes from the engine (Chapters 6-9), and ``{prefix}_beyond_list``, the
     comparisons beyond the papers, judged but never counted (empty when there is none).
@@ -166,7 +166,7 @@ def say_findings(findings, prefix: str) -> dict:
 
     if not isinstance(findings, Findings):
         raise TypeError(f"findings must be a nmst_lib.findings.Findings, got {type(findings).__name__}")
-    say(f"{prefix}_summary_list", findings.markdown_list())
+    say(f"{prefix}_summary_list", findings.markdown_list(by_verdict=True))
     say(f"{prefix}_summary_counts", findings.summary())
     say(f"{prefix}_beyond_list", findings.beyond_list())
     counts = findings.counts()

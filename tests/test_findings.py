@@ -142,6 +142,22 @@ def test_counts_summary_and_list_come_from_the_verdicts():
     assert [r["verdict"] for r in f.rows()] == list(VERDICTS)
 
 
+def test_the_list_grouped_by_verdict_puts_reproductions_first_and_keeps_the_judged_order_within():
+    f = Findings("ch8")
+    floor = Band.floor(1.0, "a stated floor")
+    f.not_run(Claim("e", "P", "T9", "e holds"), "BookCorpus is not used")
+    f.judge(Claim("c", "P", "T1", "c holds"), 0.5, floor=floor)  # within noise
+    f.judge(Claim("a", "P", "T1", "a holds"), -2.0, floor=floor)  # reproduces (a decrease claimed)
+    f.judge(Claim("b", "P", "T1", "b holds"), +2.0, floor=floor)  # does not reproduce
+    f.judge(Claim("a2", "P", "T1", "a2 holds"), -3.0, floor=floor)  # reproduces, judged after a
+    order = lambda text: [line.split("**")[1] for line in text.splitlines()]  # noqa: E731
+    assert order(f.markdown_list()) == ["e holds", "c holds", "a holds", "b holds", "a2 holds"]
+    assert order(f.markdown_list(by_verdict=True)) == ["a holds", "a2 holds", "b holds", "c holds", "e holds"]
+    assert sorted(f.markdown_list(by_verdict=True).splitlines()) == sorted(f.markdown_list().splitlines())
+    with pytest.raises(TypeError, match="by_verdict must be True or False"):
+        f.markdown_list(by_verdict="yes")
+
+
 def test_summary_leaves_out_verdicts_no_finding_got_and_names_one_paper_or_several():
     floor = Band.floor(1.0, "stated tolerance")
     f = Findings("ch9")
@@ -277,7 +293,7 @@ def test_say_findings_glues_list_summary_and_every_count(monkeypatch):
     counts = notebook.say_findings(f, "ch9")
     assert counts["reproduces"] == 1 and glued["ch9_n_reproduces"] == "1"
     assert glued["ch9_n_within_noise"] == "0" and glued["ch9_summary_counts"] == f.summary()
-    assert glued["ch9_summary_list"] == f.markdown_list()
+    assert glued["ch9_summary_list"] == f.markdown_list(by_verdict=True)
     assert glued["ch9_beyond_list"] == ""  # no comparison beyond the paper on this page
     with pytest.raises(TypeError, match="Findings"):
         notebook.say_findings([("a", "reproduces", "")], "ch9")
