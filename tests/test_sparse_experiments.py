@@ -291,6 +291,15 @@ def test_distinct_and_rnt_parts_are_consistent(quick_suite):
             assert len(r["lengths"]) == r["num_contexts"]
 
 
+def test_a_temperature_decoder_is_softmax_tau_only_on_the_softmax_model():
+    """softmax(log p / tau) of a sparse model is p^(1/tau) renormalised (zeros stay zero): a sharpened
+    entmax, which the table must not call a softmax (Martins et al.'s Softmax-tau row is the NLL model's)."""
+    assert sparse.decoder_label("temperature-0.95", "va") == "Softmax-tau (tau=0.95)"
+    for head in ("entmax", "nmst-entmax"):
+        assert sparse.decoder_label("temperature-0.95", head, 1.5) == "Temperature (tau=0.95)"
+    assert sparse.decoder_label("ancestral", "entmax", 1.2) == "Entmax (alpha=1.2)"
+
+
 def test_table_builders_return_rows_for_the_chapter(quick_suite):
     _, results = quick_suite
     t2 = sparse.table2_rows(results)

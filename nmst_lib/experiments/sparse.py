@@ -133,11 +133,10 @@ SPARSE_FOLDER = "sparse"
 
 TOP_K = 50
 """k of top-k sampling: Martins et al. (2020) Table 3 selected k = 50 for WikiText-2 (from
-{5, 10, 20, 50, 100}) with GPT-2's 50,257 BPE tokens. Our cpu vocabulary has 5,001 words. We keep
-k = 50: k counts plausible next words, a property of the language and the context rather than of
-the vocabulary's rare tail (the 5,000 most frequent words cover ~81% of test tokens, the rest is
-<unk>); scaling k with V (k = 5) would make top-k nearly greedy, which the paper's grid did not
-select. Word-level vs BPE tokens make any exact match impossible anyway (see the chapter)."""
+{5, 10, 20, 50, 100}) with GPT-2's 50,257 BPE tokens. Our cpu vocabulary has 4,000 BPE pieces
+learned on the training split (WikiText's <unk> markers deleted). We keep k = 50: k counts plausible
+next tokens, a property of the language and the context rather than of the vocabulary's rare tail;
+scaling k with V (k = 4) would make top-k nearly greedy, which the paper's grid did not select."""
 NUCLEUS_P = 0.95
 """P of nucleus sampling, Martins et al. (2020) Table 3 (WikiText-2)."""
 TEMPERATURE = 0.95
@@ -747,13 +746,17 @@ SPARSE = register(Family(
 def decoder_label(decoder: str, head: str, alpha: float | None = None) -> str:
     """The row name of Martins et al. (2020) Table 2 for ``decoder`` on a model with ``head``:
     ``ancestral`` is "Softmax" on the NLL model and "Entmax" on an entmax-trained model (its own
-    distribution is alpha-entmax, eq. 7), "NMST-entmax" on the NMST-entmax model."""
+    distribution is alpha-entmax, eq. 7), "NMST-entmax" on the NMST-entmax model. A temperature
+    decoder is "Softmax-tau" on the NLL model only: on a sparse model ``softmax(log p / tau)`` is
+    ``p^(1/tau)`` renormalised, a sharpened entmax, named "Temperature"."""
     spec = parse_decoder(decoder)
     if spec.method == "ancestral" and spec.temperature is None:
         return {"va": "Softmax", "entmax": f"Entmax (alpha={alpha:g})" if alpha else "Entmax",
                 "nmst-entmax": "NMST-entmax"}.get(head, "Ancestral")
-    if spec.temperature is not None:
-        return f"Softmax-tau (tau={spec.temperature:g})"
+    if spec.temperature is not None:  # softmax(log p / tau): p^(1/tau) renormalised
+        if head == "va":
+            return f"Softmax-tau (tau={spec.temperature:g})"
+        return f"Temperature (tau={spec.temperature:g})"  # a sharpened entmax, not a softmax
     if spec.method == "greedy":
         return "Greedy"
     if spec.method == "top-k":
