@@ -717,3 +717,49 @@ def test_eos_probabilities_refuse_an_empty_trajectory():
 
     with pytest.raises(ValueError, match="eos_logits is empty"):
         eos_probabilities(torch.zeros(0, dtype=torch.float64), 0.1)  # IndexError before
+
+
+# --------------------------------------------------------------------------- nmst_lib.theory.beam_bound
+
+
+@pytest.mark.parametrize("head", ["st", "nmst"])
+@pytest.mark.parametrize("eps", [0.05, 0.1])
+def test_the_library_model_makes_beam_width_2_stop_at_exactly_t_half_plus_1(head, eps):
+    """Chapter 4's beam theorem (and Chapter 5's part 2) is attained with k = 2: the search on
+    ``beam_attaining_model`` stops at t_1/2 + 1 steps, one finished sequence entering at t_1/2 and
+    one at t_1/2 + 1, for both layers; the same gap on the tests' own prefix model agrees."""
+    from nmst_lib.theory import beam_attaining_model, beam_gap_window
+
+    t_half = first_step_eos_above_half(eps)
+    model = beam_attaining_model(eps, head)
+    lo, hi = beam_gap_window(eps)
+    assert lo < model.gap < hi
+    gen = decode(model, torch.zeros(3, 1, dtype=torch.long), "beam", beam_size=2, max_len=t_half + 10)
+    assert model.last_step == t_half + 1 == beam_termination_bound(eps, 2) - 1  # the chapter's count
+    assert gen.first_finish_steps.tolist() == [t_half] * 3 and bool(gen.terminated.all())
+    assert gen.lengths.tolist() == [t_half] * 3  # the returned (best) one is the first finished
+    greedy = decode(model, torch.zeros(1, 1, dtype=torch.long), "greedy", max_len=t_half + 10)
+    assert greedy.lengths.tolist() == [t_half]  # and greedy search meets its own bound
+    if head == "st":  # an independent model with the same logits stops at the same step
+        other = _gap_model(eps, model.gap, (0.0, -30.0))
+        assert _beam_stop(other, 2, max_len=t_half + 10)[0] == t_half + 1
+
+
+def test_the_beam_window_is_empty_where_no_model_attains_the_bound_and_bad_input_is_refused():
+    from nmst_lib.theory import (
+        SplitFirstStepModel,
+        beam_attaining_model,
+        beam_gap_window,
+    )
+
+    eps = -math.expm1(-math.log(2.0) / 4.2)  # beta_eps = 4.2: fractional part below 1/2
+    lo, hi = beam_gap_window(eps)
+    assert lo >= hi
+    with pytest.raises(ValueError, match="window of first-step log-odds"):
+        beam_attaining_model(eps)
+    with pytest.raises(ValueError, match="eps must be at most 1/2"):
+        beam_gap_window(0.6)
+    with pytest.raises(ValueError, match="head must be 'st' or 'nmst'"):
+        SplitFirstStepModel(0.05, 0.05, head="vanilla")
+    with pytest.raises(ValueError, match="gap must be a finite number"):
+        SplitFirstStepModel(0.05, float("nan"))

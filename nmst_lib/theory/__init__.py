@@ -9,6 +9,9 @@
   self-terminating (ST) and non-monotonic self-terminating (NMST) models: Welleck et al.
   (2020) Theorems 4.2-4.3 and Choi, Cho, Lee (2023) Theorem 3 (Chapters 4-5,
   ``04_self_terminating`` and ``05_nmst``).
+* :func:`beam_attaining_model` (Chapters 4-5) is a model on which beam search of width 2 runs
+  to exactly t_{1/2} + 1 steps, the bound of both beam theorems (:func:`beam_gap_window` says
+  for which eps such a model exists).
 * :func:`eos_outside_support_model` (Chapter 8, ``08_sparse``) is a bigram model whose scores
   put eos at least ``1/(alpha - 1)`` below the best token at every step, so that alpha-entmax
   gives eos probability exactly zero (:func:`entmax_eos_gap`, :func:`entmax_excludes`): every
@@ -40,6 +43,11 @@ after the context; the ST/NMST lower bound on p(eos at t) is f_lb(t) = 1 - (1 - 
 
 from __future__ import annotations
 
+from .beam_bound import (  # noqa: F401
+    SplitFirstStepModel,
+    beam_attaining_model,
+    beam_gap_window,
+)
 from .consistency import (  # noqa: F401
     EosTrace,
     InconsistentRNN,
@@ -90,6 +98,10 @@ __all__ = [
     "half_life_bound",
     "first_step_eos_above_half",
     "beam_termination_bound",
+    # Chapters 4-5: a model on which beam search of width 2 attains t_1/2 + 1
+    "beam_gap_window",
+    "SplitFirstStepModel",
+    "beam_attaining_model",
     "entmax_eos_gap",
     "entmax_excludes",
     "EosOutsideSupportModel",

@@ -123,8 +123,10 @@ def beam_termination_bound(eps, beam_size: int) -> int:
     t_{1/2} + k - 1 = floor(beta_eps) + k (Welleck's beta_eps + k, rounded down); both are valid
     upper bounds (Chapter 4, Theorem "Beam search stops"; Chapter 5). The sharper one is not tight
     for every eps and k: some ST model attains it with k = 2 exactly when floor(beta_eps) <
-    beta_eps log2(2 - eps) (t_{1/2} >= 3), and with k = 3 only when eps > 1/2
-    (``tests/test_theory.py``, "where the beam bound binds").
+    beta_eps log2(2 - eps) (t_{1/2} >= 2; always when eps > 1/2, t_{1/2} = 1), and with k = 3 only
+    when eps > 1/2
+    (``tests/test_theory.py``, "where the beam bound binds"; the k = 2 model is
+    :func:`nmst_lib.theory.beam_attaining_model`).
     """
     beam_size = check_positive_int(beam_size, "beam_size")
     return first_step_eos_above_half(eps) + beam_size
