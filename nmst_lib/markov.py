@@ -370,7 +370,7 @@ def exact_rnt_curve(
 ) -> np.ndarray:
     """Exact r_nt(L) = q_F(no eos among the first L tokens) for each L in ``Ls`` (float64 numpy array).
 
-    Choi, Cho, Lee (2023), eq. 11 (Welleck et al. 2020's r_L) for a MarkovLM: the survival
+    Choi, Cho, Lee (2023), eq. 11 (Welleck et al. 2020's r_L is r_nt(L - 1)) for a MarkovLM: the survival
     curve (:func:`survival_curve`) of :func:`decoder_transition_matrix`. Comparable with
     :func:`nmst_lib.metrics.rnt_curve` of a decode whose contexts end in ``start_token``.
     Chapters 2-3.
