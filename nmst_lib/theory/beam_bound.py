@@ -60,7 +60,7 @@ class SplitFirstStepModel:
     """The model of the module docstring, for the decoding protocol of ARCHITECTURE.md.
 
     ``head`` is ``"st"`` or ``"nmst"``; ``gap`` the log-odds D of A over B at step 1. The state is
-    the head's per-row step state; every row of a batch is the same model. :attr:`last_step` is
+    the head's per-row step state; every row of a batch is the same model. ``last_step`` is
     the largest step whose next-token distribution a decoder has asked for since the last
     :meth:`initial_state`: for beam search, the step at which the search stopped (it ranks the
     expansions of step t from the distributions of the prefixes of length t - 1, asked for at
