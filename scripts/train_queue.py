@@ -142,31 +142,48 @@ def queue() -> list[tuple[str, object]]:
     return first + later
 
 
+def model_stem(key: str) -> str:
+    """A model's key without its seed (``cpu-lstm-va-bpe4k-nounk-seed1`` -> ``cpu-lstm-va-bpe4k-nounk``):
+    what its seeds share."""
+    return key.rsplit("-seed", 1)[0]
+
+
 def _words(key: str) -> list[str]:
-    """A model's key as words, without its seed (``cpu-lstm-va-bpe4k-nounk-seed1`` -> ``[cpu, lstm,
-    va, bpe4k, nounk]``)."""
-    return key.rsplit("-seed", 1)[0].split("-")
+    """A model's key as words, without its seed (``[cpu, lstm, va, bpe4k, nounk]``)."""
+    return model_stem(key).split("-")
 
 
-def estimate_minutes(family: str, config, store: Path | None = None) -> float:
+def measured_minutes(family: str, store: Path | None = None) -> dict[str, float]:
+    """The measured training minutes (``provenance.train_seconds``) of every published result of
+    ``family`` that records them, by key: the store is read once, then every estimate of a call
+    uses this."""
+    store = published_results_dir() if store is None else store
+    found = {}
+    for path in sorted((store / family).glob("*.json")) if (store / family).is_dir() else []:
+        seconds = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("train_seconds")
+        if seconds:
+            found[path.stem] = seconds / 60
+    return found
+
+
+def estimate_minutes(family: str, config, store: Path | None = None,
+                     measured: dict[str, float] | None = None) -> float:
     """Expected minutes of training of ``config`` on one shared core: the median of
     ``provenance.train_seconds`` over the published results of its family whose keys share the most
     leading words with its own (its other seeds, when any are published; else its nearest
     relatives, e.g. the other CT-MoS models for a CT-MoS of a new temperature map), else the
-    family's measured mean ``MINUTES``."""
-    store = published_results_dir() if store is None else store
+    family's measured mean ``MINUTES``. ``measured`` is :func:`measured_minutes` when a caller
+    estimates many models (read from ``store`` when not given)."""
+    measured = measured_minutes(family, store) if measured is None else measured
     words, best, times = _words(config.key), 0, []
-    for path in sorted((store / family).glob("*.json")) if (store / family).is_dir() else []:
-        other = _words(path.stem)
+    for key, minutes in measured.items():
+        other = _words(key)
         shared = next((i for i, (a, b) in enumerate(zip(words, other)) if a != b), min(len(words), len(other)))
         if shared < best or shared == 0:
             continue
-        seconds = json.loads(path.read_text(encoding="utf-8")).get("provenance", {}).get("train_seconds")
-        if not seconds:
-            continue
         if shared > best:
             best, times = shared, []
-        times.append(seconds / 60)
+        times.append(minutes)
     return statistics.median(times) if times else float(MINUTES[family])
 
 
@@ -179,11 +196,14 @@ def next_job(work: Path, until: float | None = None):
     """The first model of the queue that is neither done nor claimed, claimed for this lane; with
     ``until`` (a time, seconds since the epoch) only a model that resumes from a checkpoint or whose
     :func:`estimate_minutes` ends before it. None when no model qualifies."""
+    measured = {}  # family -> measured_minutes, each store read once per call
     for family, config in queue():
         if where_done(family, config, work) is not None:
             continue
         if until is not None and not has_checkpoint(work, config.key):
-            if estimate_minutes(family, config) > (until - time.time()) / 60:
+            if family not in measured:
+                measured[family] = measured_minutes(family)
+            if estimate_minutes(family, config, measured=measured[family]) > (until - time.time()) / 60:
                 continue
         if claim(work, config.key):
             return family, config
@@ -318,13 +338,18 @@ def start(work: Path, lanes: int, update: bool = False, fit: float | None = None
 def status(work: Path) -> None:
     rows, todo_minutes = [], 0
     claimed = {p.name for p in (work / "claims").glob("*")} if (work / "claims").is_dir() else set()
+    measured = {}  # family -> measured_minutes, each store read once
     for family, config in queue():
         done = where_done(family, config, work, tree=work / "tree" if (work / "tree").is_dir() else ROOT)
         state = ("done, to land (WORK/out)" if done == "WORK/out" else f"done ({done})") if done else (
             "running" if config.key in claimed else "to run")
-        minutes = "" if done else f"~{estimate_minutes(family, config):.0f} min"
+        minutes = ""
         if not done:
-            todo_minutes += estimate_minutes(family, config)
+            if family not in measured:
+                measured[family] = measured_minutes(family)
+            expected = estimate_minutes(family, config, measured=measured[family])
+            todo_minutes += expected
+            minutes = f"~{expected:.0f} min"
         rows.append(f"{state:26} {minutes:9} {family:12} {config.key}")
     print("\n".join(rows))
     n_done = sum(r.startswith("done") for r in rows)
@@ -369,8 +394,7 @@ def land(work: Path, keys: list[str], store: Path | None = None) -> list[Path]:
         atomic_write_bytes(target, source.read_bytes())
         written.append(target)
         print(f"[land] {family} {key}: {summary(data)}")
-        stem = key.rsplit("-seed", 1)[0]
-        for other in sorted((store / family).glob(f"{stem}-seed*.json")):
+        for other in sorted((store / family).glob(f"{model_stem(key)}-seed*.json")):
             if other != target:
                 print(f"         beside {other.stem}: {summary(json.loads(other.read_text(encoding='utf-8')))}")
     if not written:

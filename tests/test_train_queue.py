@@ -214,6 +214,28 @@ def test_a_models_expected_time_is_the_median_of_its_nearest_published_relatives
     words = config.key.split("-")
     _stored(store, family, "-".join(words[:-2] + ["other", "seed0"]), 90)  # a cousin: fewer shared words
     assert tq.estimate_minutes(family, config, store) == 50
+    measured = tq.measured_minutes(family, store)  # read once, then passed: the same estimate
+    assert measured[f"{stem}-seed9"] == 400 and len(measured) == 5
+    assert tq.estimate_minutes(family, config, measured=measured) == 50
+
+
+def test_a_models_stem_is_its_key_without_the_seed(tq):
+    assert tq.model_stem("cpu-lstm-va-bpe4k-nounk-seed12") == "cpu-lstm-va-bpe4k-nounk"
+    assert tq.model_stem("cpu-gpt2-st-eps2.5e-3-nounk") == "cpu-gpt2-st-eps2.5e-3-nounk"  # no seed: unchanged
+
+
+def test_a_deadline_reads_each_familys_published_times_once_per_look(tq, tmp_path, monkeypatch):
+    """``next_job`` with a deadline estimates every model it passes over, but reads a family's
+    store once (Chapter 9's holds 17 MB of JSON)."""
+    fam = get_family("wikitext2")
+    jobs = [("wikitext2", c) for c in fam.configs("cpu", **tq.RECIPES["wikitext2"])][:4]
+    monkeypatch.setattr(tq, "queue", lambda: jobs)
+    monkeypatch.setattr(tq, "where_done", lambda *a, **k: None)
+    reads = []
+    monkeypatch.setattr(tq, "measured_minutes", lambda family, store=None: reads.append(family) or {})
+    until = tq.time.time() + 60  # a minute: no model fits
+    assert tq.next_job(tmp_path / "work", until) is None
+    assert reads == ["wikitext2"]
 
 
 def test_with_a_deadline_a_lane_starts_only_what_ends_in_time_and_resumes_a_surviving_checkpoint(tq, tmp_path,
@@ -226,7 +248,7 @@ def test_with_a_deadline_a_lane_starts_only_what_ends_in_time_and_resumes_a_surv
     monkeypatch.setattr(tq, "queue", lambda: jobs)
     monkeypatch.setattr(tq, "where_done", lambda *a, **k: None)
     minutes = {jobs[0][1].key: 300.0, jobs[1][1].key: 40.0, jobs[2][1].key: 300.0}
-    monkeypatch.setattr(tq, "estimate_minutes", lambda family, config: minutes[config.key])
+    monkeypatch.setattr(tq, "estimate_minutes", lambda family, config, **_: minutes[config.key])
     work = tmp_path / "work"
     until = tq.time.time() + 60 * 60  # an hour left
     assert tq.next_job(work, until)[1].key == jobs[1][1].key  # the 40-minute model, not the first
