@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import signal
 from decimal import Decimal, getcontext, localcontext
 
@@ -19,6 +20,7 @@ from nmst_lib.theory import (
     InconsistentRNN,
     beam_termination_bound,
     best_monotone_eos_probs,
+    bounded_state_log_eos_floor,
     eos_log_likelihood,
     eos_rank_and_prob,
     first_step_eos_above_half,
@@ -209,6 +211,84 @@ def test_inconsistent_rnn_eos_id_can_be_any_token():
     assert not bool(gen.terminated.any())
     trace = eos_rank_and_prob(model, torch.ones(4, 2, dtype=torch.long), gen.tokens)
     assert bool((trace.rank == 6).all())
+
+
+# --------------------------------------------------------------------------- Lemma 3.2: the floor xi
+
+
+def _xi_by_hand(u, c, B, nu):
+    """log xi of Lemma 3.2 written out: (1/|V|) exp(c_eos - c+ - 2 B max_v ||u_v||_nu*), eos last."""
+    nu_star = math.inf if nu == 1 else 1.0 if nu == math.inf else nu / (nu - 1)
+    rows = [[float(x) for x in row] for row in u]
+    norm = (lambda r: max(abs(x) for x in r)) if nu_star == math.inf else (
+        lambda r: sum(abs(x) ** nu_star for x in r) ** (1 / nu_star))
+    return float(c[-1]) - max(float(x) for x in c) - 2 * B * max(norm(r) for r in rows) - math.log(len(rows))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), vocab=st.integers(2, 12), dim=st.integers(1, 6),
+       nu=st.sampled_from([1.0, 1.5, 2.0, 3.0, math.inf]), B=st.floats(0.1, 5.0))
+def test_bounded_state_floor_is_lemma_3_2s_xi_and_holds_for_every_state_in_the_ball(seed, vocab, dim, nu, B):
+    """log xi equals the lemma's formula, and p(eos | h) >= xi for states on the boundary of the
+    nu-ball of radius B (where the logits reach their extremes) and inside it."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(vocab, dim, generator=g, dtype=torch.float64)
+    c = torch.randn(vocab, generator=g, dtype=torch.float64)
+    log_xi = bounded_state_log_eos_floor(u, c, state_bound=B, nu=nu)
+    assert log_xi == pytest.approx(_xi_by_hand(u, c, B, nu), rel=1e-12, abs=1e-12)
+    h = torch.randn(256, dim, generator=g, dtype=torch.float64)
+    h = B * h / torch.linalg.vector_norm(h, ord=nu, dim=1, keepdim=True)  # on the boundary
+    h = torch.cat([h, h * torch.rand(256, 1, generator=g, dtype=torch.float64)])  # and inside
+    log_p_eos = torch.log_softmax(h @ u.T + c, dim=1)[:, -1]
+    assert bool((log_p_eos >= log_xi - 1e-12).all())
+
+
+@pytest.mark.parametrize("vocab", [6, 100, 10_000])
+def test_bounded_state_floor_nearly_binds_on_a_one_dimensional_model(vocab):
+    """u_eos = -1, u_v = +1, c = 0, |h| <= 1: at h = 1, p(eos) = 1 / (1 + (|V| - 1) e^2) and
+    xi = e^-2 / |V|, so p(eos) / xi = |V| e^2 / (1 + (|V| - 1) e^2) -> 1: the lemma's constant
+    cannot be raised by more than this factor (1.17 at |V| = 6, 1.009 at 100)."""
+    u = torch.ones(vocab, 1, dtype=torch.float64)
+    u[-1] = -1.0
+    log_xi = bounded_state_log_eos_floor(u, state_bound=1.0, nu=math.inf)
+    log_p = torch.log_softmax(u[:, 0] * 1.0, dim=0)[-1].item()
+    e2 = math.exp(2)
+    assert log_p - log_xi == pytest.approx(math.log(vocab * e2 / (1 + (vocab - 1) * e2)), rel=1e-12)
+    assert 0 < log_p - log_xi < math.log(1.2)
+
+
+def test_bounded_state_floor_at_extreme_logits_and_in_float32():
+    """|u| = 1e4 gives log xi near -2e4 (xi itself underflows float64; its log does not), and a
+    float32 input gives the float64 value of the same numbers."""
+    u = torch.tensor([[1e4, -1e4], [-1e4, 5.0], [3.0, 1e4]], dtype=torch.float32)
+    log_xi = bounded_state_log_eos_floor(u, state_bound=1.0, nu=2.0)
+    assert math.isfinite(log_xi) and math.exp(log_xi) == 0.0
+    assert log_xi == pytest.approx(_xi_by_hand(u.double(), [0.0] * 3, 1.0, 2.0), rel=1e-12)
+    assert log_xi == bounded_state_log_eos_floor(u.double(), state_bound=1.0, nu=2.0)
+    eps_scale = bounded_state_log_eos_floor(u * 1e-9, state_bound=1.0)  # tiny logits: xi -> 1/|V|
+    assert eps_scale == pytest.approx(-math.log(3), abs=1e-4)
+
+
+def test_bounded_state_floor_eos_row_can_be_any_token():
+    u = torch.tensor([[-1.0], [1.0], [1.0]])
+    c = torch.tensor([0.5, 0.0, 0.0])
+    assert bounded_state_log_eos_floor(u, c, state_bound=1.0, eos_id=0) == pytest.approx(0.5 - 0.5 - 2 - math.log(3))
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: bounded_state_log_eos_floor([[1.0], [2.0]], state_bound=1.0), TypeError, "real tensor"),
+    (lambda: bounded_state_log_eos_floor(torch.ones(1, 3), state_bound=1.0), TypeError, "|V| >= 2"),
+    (lambda: bounded_state_log_eos_floor(torch.ones(3, 2, dtype=torch.long), state_bound=1.0), TypeError, "real"),
+    (lambda: bounded_state_log_eos_floor(torch.ones(3, 2), torch.ones(2), state_bound=1.0), TypeError, "biases"),
+    (lambda: bounded_state_log_eos_floor(torch.ones(3, 2), state_bound=0.0), ValueError, "state_bound"),
+    (lambda: bounded_state_log_eos_floor(torch.ones(3, 2), state_bound=math.inf), ValueError, "state_bound"),
+    (lambda: bounded_state_log_eos_floor(torch.ones(3, 2), state_bound=1.0, nu=0.5), ValueError, "Hölder"),
+    (lambda: bounded_state_log_eos_floor(torch.ones(3, 2), state_bound=1.0, eos_id=3), ValueError, "eos_id"),
+    (lambda: bounded_state_log_eos_floor(torch.full((3, 2), math.nan), state_bound=1.0), ValueError, "finite"),
+])
+def test_bounded_state_floor_rejects_bad_arguments_with_what_is_allowed(call, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        call()
 
 
 # --------------------------------------------------------------------------- termination bounds

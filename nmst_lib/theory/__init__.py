@@ -1,5 +1,7 @@
 """The papers' constructions and bounds as code.
 
+* :func:`bounded_state_log_eos_floor` is the floor xi on p(eos) that bounded hidden states give a
+  softmax model, Welleck et al. (2020), Lemma 3.2 (Chapter 2).
 * :func:`inconsistent_rnn` builds the tanh RNN of the proof of Welleck et al. (2020),
   Theorem 3.4: a *consistent* language model (every finite sequence has positive
   probability, eos has probability bounded away from zero) under which greedy search, top-k,
@@ -51,6 +53,7 @@ from .beam_bound import (  # noqa: F401
 from .consistency import (  # noqa: F401
     EosTrace,
     InconsistentRNN,
+    bounded_state_log_eos_floor,
     eos_rank_and_prob,
     inconsistent_rnn,
 )
@@ -91,6 +94,8 @@ from .termination import (  # noqa: F401
 )
 
 __all__ = [
+    # Chapter 2: Lemma 3.2 and Theorem 3.4
+    "bounded_state_log_eos_floor",
     "InconsistentRNN",
     "inconsistent_rnn",
     "EosTrace",

@@ -1,5 +1,6 @@
-"""Welleck et al. (2020), Theorem 3.4: a consistent RNN that greedy search,
-top-k, nucleus and beam search never stop (Chapter 2, ``02_consistency``).
+"""Welleck et al. (2020), Lemma 3.2 and Theorem 3.4: the floor on p(eos) that bounded hidden
+states give a softmax model, and a consistent RNN that greedy search, top-k, nucleus and beam
+search never stop (Chapter 2, ``02_consistency``).
 
 Part of :mod:`nmst_lib.theory`, which re-exports every public name here."""
 
@@ -13,6 +14,7 @@ import torch
 from .._validation import check_index, check_positive_int, check_token_ids
 
 __all__ = [
+    "bounded_state_log_eos_floor",
     "InconsistentRNN",
     "inconsistent_rnn",
     "EosTrace",
@@ -22,6 +24,55 @@ __all__ = [
 
 def _default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# ---------------------------------------------------------------------------------------
+# Welleck et al. (2020), Lemma 3.2: bounded hidden states put a floor under p(eos)
+# ---------------------------------------------------------------------------------------
+
+
+def bounded_state_log_eos_floor(output_embeddings, biases=None, *, state_bound: float, nu: float = math.inf,
+                                eos_id: int = -1) -> float:
+    r"""log xi of Welleck et al. (2020), Lemma 3.2 (Chapter 2, ``lem-ch2-bounded-states``): for a
+    softmax model with logits ``z_v = u_v . h_t + c_v`` and states ``||h_t||_nu <= B``,
+
+    .. math::
+        p(\mathrm{eos} \mid \boldsymbol y_{<t}) \ge \xi
+        = \frac{1}{|\mathcal V|}\exp\big(c_{\mathrm{eos}} - c^+ - 2 B u^+\big),
+        \qquad u^+ = \max_v \|u_v\|_{\nu^*},\ c^+ = \max_v c_v,\ 1/\nu + 1/\nu^* = 1,
+
+    at every step, so ``p(|y| > t) <= (1 - xi)^t``. Returned as log xi (computed in float64, no
+    clamp), which stays finite when xi itself would underflow.
+
+    Args:
+        output_embeddings: the rows ``u_v``, a real tensor of shape (|V|, d), |V| >= 2.
+        biases: the ``c_v``, shape (|V|,); None for zero biases.
+        state_bound: B > 0, finite.
+        nu: the Hölder exponent of the bound on the states, in [1, inf] (inf: ``|h_t|_inf <= B``,
+            a tanh RNN with B = 1).
+        eos_id: the eos row (-1: the last, the ARCHITECTURE.md convention).
+    """
+    u = output_embeddings
+    if not isinstance(u, torch.Tensor) or u.dim() != 2 or u.shape[0] < 2 or not u.is_floating_point():
+        raise TypeError(f"output_embeddings must be a real tensor of shape (|V| >= 2, d), got "
+                        f"{type(u).__name__}{tuple(u.shape) if isinstance(u, torch.Tensor) else ''}")
+    V = u.shape[0]
+    c = torch.zeros(V, dtype=torch.float64, device=u.device) if biases is None else biases
+    if not isinstance(c, torch.Tensor) or c.shape != (V,) or not c.is_floating_point():
+        raise TypeError(f"biases must be None or a real tensor of shape ({V},), got "
+                        f"{type(c).__name__}{tuple(c.shape) if isinstance(c, torch.Tensor) else ''}")
+    if isinstance(state_bound, bool) or not isinstance(state_bound, (int, float)) or not (
+            0 < state_bound < math.inf):
+        raise ValueError(f"state_bound must be a finite number > 0 (B in ||h_t||_nu <= B), got {state_bound!r}")
+    if isinstance(nu, bool) or not isinstance(nu, (int, float)) or not 1 <= nu <= math.inf:
+        raise ValueError(f"nu must be a Hölder exponent in [1, inf], got {nu!r}")
+    eos_id = check_index(V - 1 if eos_id == -1 else eos_id, V, "eos_id")
+    u, c = u.to(torch.float64), c.to(torch.float64)
+    if not (torch.isfinite(u).all() and torch.isfinite(c).all()):
+        raise ValueError("output_embeddings and biases must be finite")
+    nu_star = math.inf if nu == 1 else 1.0 if nu == math.inf else nu / (nu - 1)
+    u_plus = torch.linalg.vector_norm(u, ord=nu_star, dim=1).max().item()
+    return c[eos_id].item() - c.max().item() - 2 * state_bound * u_plus - math.log(V)
 
 
 # ---------------------------------------------------------------------------------------
