@@ -8,13 +8,14 @@ import random
 import re
 import signal
 from decimal import Decimal, getcontext, localcontext
+from functools import partial
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nmst_lib.decoding import decode
+from nmst_lib.decoding import decode, decoder_distribution
 from nmst_lib.heads import STHead, eos_lower_bound
 from nmst_lib.theory import (
     InconsistentRNN,
@@ -171,6 +172,36 @@ def test_eos_rank_and_prob_marks_steps_after_eos_and_pad_invalid(rnn):
         state, lp = rnn.step(state, torch.tensor([tok]))
         manual.append(lp[0, eos])
     torch.testing.assert_close(trace.log_prob[1], torch.stack(manual))
+
+
+def test_eos_trace_gives_a_decoders_eos_probability_renormalised_over_its_candidates(rnn):
+    """decoder_prob is q(eos) of the named decoder at each step: for consistent top-2 on a model
+    that ranks eos last, p(eos) / (p(eos) + the two largest probabilities), written out here from
+    the model's own step-by-step distribution; never below p(eos); NaN after the end."""
+    eos = rnn.eos_id
+    tokens = torch.tensor([[1, eos, -1, -1], [2, 3, 4, 5]])
+    contexts = _contexts(2)
+    top2 = partial(decoder_distribution, method="top-k", k=2, consistent=True, eos_id=eos)
+    trace = eos_rank_and_prob(rnn, contexts, tokens, decoder=top2)
+    assert eos_rank_and_prob(rnn, contexts, tokens).decoder_prob is None
+    assert bool(trace.decoder_prob[~trace.valid].isnan().all())
+    state, lp = rnn.initial_state(contexts[1:2])
+    manual = []
+    for t in range(4):
+        p = lp[0].exp()
+        manual.append(p[eos] / (p[eos] + p[:eos].topk(2).values.sum()))
+        if t < 3:
+            state, lp = rnn.step(state, tokens[1, t : t + 1])
+    torch.testing.assert_close(trace.decoder_prob[1], torch.stack(manual).to(trace.decoder_prob.dtype))
+    assert bool((trace.decoder_prob[trace.valid] >= trace.prob[trace.valid]).all())
+    greedy = eos_rank_and_prob(rnn, contexts, tokens, decoder=partial(decoder_distribution, method="greedy"))
+    assert bool((greedy.decoder_prob[greedy.valid] == 0).all())  # eos is ranked last: greedy never picks it
+
+
+@pytest.mark.parametrize("decoder", ["top-k", {"method": "top-k", "k": 2}])
+def test_eos_trace_refuses_a_decoder_that_is_not_a_function(rnn, decoder):
+    with pytest.raises(TypeError, match="decoder must be a function from log-probabilities"):
+        eos_rank_and_prob(rnn, _contexts(1), torch.tensor([[1, 2]]), decoder=decoder)
 
 
 def test_inconsistent_rnn_rejects_bad_arguments():

@@ -296,10 +296,13 @@ class EosTrace(NamedTuple):
     valid: (
         torch.Tensor
     )  # [B, T] bool: step t was predicted (no eos/PAD before it)
+    # [B, T] q(eos at t | prefix) of the decoder given to eos_rank_and_prob
+    # (e.g. consistent top-k); NaN where not valid; None without one
+    decoder_prob: torch.Tensor | None = None
 
 
 def eos_rank_and_prob(
-    model, contexts: torch.Tensor, tokens: torch.Tensor
+    model, contexts: torch.Tensor, tokens: torch.Tensor, decoder=None
 ) -> EosTrace:
     """Rank and probability of eos at every step of given continuations (teacher forcing).
 
@@ -309,7 +312,19 @@ def eos_rank_and_prob(
     rank |V| means "strictly last", the property Welleck et al. (2020), Theorem 3.4 builds
     in) and p(eos). Steps after an eos or a PAD are not valid. Works with any model that
     follows the decoding protocol (Chapters 2 and 5, ``02_consistency``, ``05_nmst``).
+
+    With ``decoder``, a function from one step's log-probabilities ``[B, V]`` to the
+    distribution ``[B, V]`` a token-level decoder draws from (e.g.
+    ``functools.partial(nmst_lib.decoding.decoder_distribution, method="top-k", k=2,
+    consistent=True, eos_id=model.eos_id)``), the trace also holds ``decoder_prob``, the
+    probability q(eos) that decoder gives eos at each step: what Chapter 2 compares with p(eos)
+    to say why consistent top-k stops sooner.
     """
+    if decoder is not None and not callable(decoder):
+        raise TypeError(
+            "decoder must be a function from log-probabilities [B, V] to a distribution [B, V], "
+            f"e.g. functools.partial(decoder_distribution, method='top-k', k=2); got {decoder!r}"
+        )
     if (
         not isinstance(tokens, torch.Tensor)
         or tokens.dim() != 2
@@ -338,13 +353,15 @@ def eos_rank_and_prob(
     feed = tokens.clamp(
         min=0
     )  # PAD positions are fed a dummy token; their outputs are masked
-    eos_lp, ranks = [], []
+    eos_lp, ranks, q_eos = [], [], []
     for t in range(
         steps
     ):  # the model is recurrent: one step per position, all rows at once
         eos_col = log_probs[:, model.eos_id : model.eos_id + 1]
         eos_lp.append(eos_col.squeeze(1))
         ranks.append(1 + (log_probs > eos_col).sum(dim=-1))
+        if decoder is not None:
+            q_eos.append(decoder(log_probs)[:, model.eos_id])
         if t + 1 < steps:
             state, log_probs = model.step(state, feed[:, t])
     log_prob = (
@@ -360,6 +377,10 @@ def eos_rank_and_prob(
     nan = torch.full_like(log_prob, float("nan"))
     log_prob = torch.where(valid, log_prob, nan)
     rank = torch.where(valid, rank, torch.zeros_like(rank))
+    decoder_prob = None
+    if decoder is not None:
+        q = torch.stack(q_eos, dim=1) if steps else torch.empty(batch, 0, device=device)
+        decoder_prob = torch.where(valid, q.to(log_prob.dtype), nan)
     return EosTrace(
-        rank=rank, log_prob=log_prob, prob=log_prob.exp(), valid=valid
+        rank=rank, log_prob=log_prob, prob=log_prob.exp(), valid=valid, decoder_prob=decoder_prob
     )
