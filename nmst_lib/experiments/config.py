@@ -750,7 +750,7 @@ train by a converged recipe, and Chapter 9 compares with Chapter 6's LSTMs by Ch
 def chapter_recipe(family: str, profile: str) -> dict:
     """The option fields that ``family``'s suite at ``profile`` sets on top of
     :func:`make_config`'s profile defaults: at ``cpu`` the fields of the recipe
-    :data:`CHAPTER_CPU_RECIPE` names for it, empty otherwise (and for ``wikitext2``, whose recipe
+    :data:`CHAPTER_CPU_RECIPE` names for it, empty otherwise (for ``wikitext2`` they change nothing: its recipe
     is the profile's own). A suite's ``--set`` overrides come after these."""
     if family not in CHAPTER_CPU_RECIPE:
         raise ValueError(f"unknown RNN/LSTM family {family!r}: choose one of {', '.join(CHAPTER_CPU_RECIPE)}")

@@ -367,7 +367,8 @@ def run_experiment(config: ExperimentConfig, *, results_dir=None, checkpoint_dir
 def load_or_run(config: ExperimentConfig, *, results_dir=None, run: bool = True, log=None, **run_kwargs) -> StoredResult:
     """The CURRENT stored result of ``config``; otherwise (missing or STALE) run the experiment
     when ``run`` is true, else return what was found with its status so a page can say it is
-    STALE or MISSING. Chapter 6 (06_wikitext) loads every figure's numbers through this."""
+    STALE or MISSING. One config at a time; the chapters read whole suites through
+    ``nmst_lib.experiments.page_results``."""
     stored = load_result(config, results_dir)
     if stored.status == CURRENT or not run:
         return stored

@@ -311,7 +311,7 @@ def eos_rank_and_prob(
     report the rank of eos (1 + the number of tokens with strictly larger probability, so
     rank |V| means "strictly last", the property Welleck et al. (2020), Theorem 3.4 builds
     in) and p(eos). Steps after an eos or a PAD are not valid. Works with any model that
-    follows the decoding protocol (Chapters 2 and 5, ``02_consistency``, ``05_nmst``).
+    follows the decoding protocol (Chapters 2 and 3, ``02_consistency``, ``03_consistent_sampling``).
 
     With ``decoder``, a function from one step's log-probabilities ``[B, V]`` to the
     distribution ``[B, V]`` a token-level decoder draws from (e.g.
