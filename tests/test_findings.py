@@ -6,6 +6,7 @@ verdict count written by hand instead of computed by the engine.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -194,6 +195,26 @@ VERDICT_WORDS = re.compile(r"reproduc|\bholds?\b|findings?|comparisons?|verdict|
 SAY_CALL = re.compile(r"\bsay\(\s*f?\"(\w+)\"")
 
 
+def _say_calls(src: str) -> list[tuple[str, str]]:
+    """Each ``say("key", ...)`` of a code cell: its key and the source of its other arguments
+    (the text, not the key's name), cut at the call's own closing parenthesis (``ast``), so that
+    code after the call is not read as part of it; by the regex up to the next call when the
+    cell does not parse."""
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        calls = list(SAY_CALL.finditer(src))
+        ends = [m.start() for m in calls[1:]] + [len(src)]
+        return [(m.group(1), src[m.end():end]) for m, end in zip(calls, ends)]
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "say"
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            rest = node.args[1:] + [k.value for k in node.keywords]
+            found.append((node.args[0].value, "\n".join(ast.get_source_segment(src, a) or "" for a in rest)))
+    return found
+
+
 def hand_written_counts(notebook: dict) -> list:
     """Verdict counts a notebook states by hand: in markdown as a literal "N of M" in a sentence
     about findings, or as a glued ``say(...)`` that counts with ``{...} of {...}`` where either
@@ -204,12 +225,9 @@ def hand_written_counts(notebook: dict) -> list:
         if cell["cell_type"] == "markdown":
             sentences += [(i, s) for s in re.split(r"(?<=[.;:])\s|\n\n", src)]
         elif cell["cell_type"] == "code":
-            calls = list(SAY_CALL.finditer(src))
-            ends = [m.start() for m in calls[1:]] + [len(src)]
-            for m, end in zip(calls, ends):
-                body = src[m.end():end]  # the text, not the glue key's name
+            for key, body in _say_calls(src):
                 if CODE_COUNT.search(body):
-                    counting[m.group(1)] = (i, body)
+                    counting[key] = (i, body)
     found = [(i, body.strip()[:120]) for key, (i, body) in counting.items() if VERDICT_WORDS.search(body)]
     for i, sentence in sentences:
         shown = [k for k in re.findall(r"\{glue:md\}`(\w+)`", sentence) if k in counting]
@@ -234,6 +252,16 @@ def test_the_scan_finds_a_planted_hand_written_count():
                       ("code", 'say("ch6_loops", f"{k} of {n}")'),
                       ("markdown", "{glue:md}`ch6_loops` continuations end in a loop."))
     assert [i for i, _ in hand_written_counts(glued)] == [1]
+
+
+def test_the_scan_reads_a_glued_count_up_to_its_own_closing_parenthesis():
+    """Code after a counting ``say`` (here a list of findings that reproduce) is not part of its
+    text; a count whose own text speaks of findings is still found, however the call is laid out."""
+    after = _notebook(("code", 'say("ch9_plateau", "epochs: " + "; ".join(f"{k} of {n}" for k, n in p))\n'
+                               'read = [f for f in FINDINGS.items if f.verdict == "reproduces"]'))
+    assert hand_written_counts(after) == []
+    inside = _notebook(("code", 'say(\n    "ch9_x",\n    f"{k} of the {n} findings"\n    if k\n    else "none",\n)'))
+    assert [i for i, _ in hand_written_counts(inside)] == [0]
 
 
 @pytest.mark.parametrize("chapter", ["06_wikitext", "07_gpt2", "08_sparse", "09_temperature"])
