@@ -268,7 +268,8 @@ def _add_report_parser(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m nmst_lib`` argument parser: one sub-parser per command, the suite
-    commands built per family (:func:`_add_suite_parsers`)."""
+    commands built per family (:func:`_add_suite_parsers`). Its commands make the results of
+    Chapters 6-9 (``08_sparse`` and ``09_temperature`` name theirs)."""
     parser = argparse.ArgumentParser(prog="python -m nmst_lib", description=_DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -631,7 +632,9 @@ def _wants_torchrun(args) -> bool:
 
 
 def main(argv=None) -> int:
-    """Entry point of ``python -m nmst_lib``; returns the exit status (2 on bad input)."""
+    """Entry point of ``python -m nmst_lib``; returns the exit status (2 on bad input). The command
+    line of the experiments of Chapters 6-9 (``08_sparse`` and ``09_temperature`` name its
+    commands)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = None if argv is None else [str(a) for a in argv]

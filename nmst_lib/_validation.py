@@ -14,7 +14,8 @@ def check_eps(eps) -> float:
     """Return ``eps`` as a float after checking it lies in the open interval (0, 1).
 
     ``eps`` is the ST/NMST lower-bound rate (Welleck et al. 2020 Def. 4.3; Choi et al.
-    2023 Defs. 5-6). NaN, 0, 1, negatives and non-numbers are rejected.
+    2023 Defs. 5-6). NaN, 0, 1, negatives and non-numbers are rejected. Chapters 4-5
+    (``04_self_terminating``, ``05_nmst``) define eps.
     """
     if isinstance(eps, torch.Tensor):
         if eps.numel() != 1:
@@ -78,7 +79,8 @@ def check_positive_int(value, name: str, minimum: int = 1) -> int:
 def check_records(value, name: str, fields: str) -> list:
     """Check that ``value`` is a non-empty sequence (not a string or a
     mapping) and return it as a list; ``fields`` says what each record holds,
-    for the message (e.g. ``"'head', 'eps', 'ppl' and 'rnt'"``)."""
+    for the message (e.g. ``"'head', 'eps', 'ppl' and 'rnt'"``). Chapter 7 (``07_gpt2``) passes such
+    records to its eps trade-off plot and p(eos) token explorer."""
     if (
         isinstance(value, (str, bytes, Mapping))
         or not isinstance(value, Sequence)

@@ -27,7 +27,9 @@ __all__ = ["WithHead"]
 
 
 class WithHead:
-    """Decoding protocol for ``net`` with its softmax replaced by ``head`` or ``log_probs``."""
+    """Decoding protocol for ``net`` with its softmax replaced by ``head`` or ``log_probs``.
+    Chapters 4, 5 and 9 (``04_self_terminating``, ``05_nmst``, ``09_temperature``) decode through
+    it."""
 
     def __init__(self, net, head: OutputHead | None = None, *, log_probs=None, negate_eos: bool = False,
                  gain: float = 1.0):

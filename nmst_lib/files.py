@@ -29,7 +29,8 @@ __all__ = [
 
 
 def repo_root() -> Path:
-    """The project's root directory (the folder holding ``nmst_lib/``)."""
+    """The project's root directory (the folder holding ``nmst_lib/``). Used to find the data,
+    checkpoints and results of Chapters 6-9 and the commit every chapter's first cell prints."""
     return Path(__file__).resolve().parents[1]
 
 
@@ -37,14 +38,17 @@ def is_source_checkout() -> bool:
     """True when ``nmst_lib`` is imported from a git clone of the book's
     repository (an editable install or the working directory):
     ``pyproject.toml`` and ``.git`` sit beside the ``nmst_lib/`` folder.
-    False for an installed wheel (site-packages has neither)."""
+    False for an installed wheel (site-packages has neither). It decides where Chapters 6-9 write
+    new results and whether every chapter's first cell (:func:`nmst_lib.notebook.code_words`) names
+    a commit."""
     root = repo_root()
     return (root / "pyproject.toml").is_file() and (root / ".git").exists()
 
 
 def user_cache_dir() -> Path:
     """``$XDG_CACHE_HOME/nmst_lib`` (an absolute ``XDG_CACHE_HOME`` only, as
-    the XDG base directory specification asks), else ``~/.cache/nmst_lib``."""
+    the XDG base directory specification asks), else ``~/.cache/nmst_lib``. Where the runs of
+    Chapters 6-9 keep results, checkpoints and tokenizers outside a source checkout."""
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
     return base / "nmst_lib"
@@ -54,7 +58,8 @@ def atomic_write_bytes(path: str | os.PathLike, payload: bytes, mode: int | None
     """Write ``payload`` to ``path`` atomically: a temporary file in the same
     directory, ``fsync``, then ``os.replace`` (a reader sees the old file or
     the new one, never half). ``mode``: the file's permissions (e.g. ``0o644``
-    for a table others read); default the temporary file's, owner-only."""
+    for a table others read); default the temporary file's, owner-only. Used for the checkpoints,
+    caches and result files behind Chapters 6-9."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
@@ -92,6 +97,6 @@ def _fsync_folder(folder: Path) -> None:
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> None:
     """Atomically write ``data`` as indented JSON (NaN/inf are rejected: not
-    valid JSON)."""
+    valid JSON). Writes the result files of Chapters 6-9."""
     text = json.dumps(data, indent=1, sort_keys=False, allow_nan=False) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"))

@@ -81,6 +81,7 @@ def _text(value, name: str) -> str:
 @dataclass(frozen=True)
 class Band:
     """A noise band: a difference with ``|d| <= half_width`` is not read in either direction.
+    Chapters 6-9 read their findings against such bands.
 
     ``source`` says where the width comes from, in words a page can print
     (e.g. "2 s.e. over 3 + 3 seeds").
@@ -275,11 +276,13 @@ def _agresti_coull_var(p: float, n: int) -> float:
 
 
 class UnknownBandError(ValueError):
-    """One seed per model and no stated floor: no noise band, so no verdict (:func:`noise_band`)."""
+    """One seed per model and no stated floor: no noise band, so no verdict (:func:`noise_band`).
+    Chapter 7 (``07_gpt2``) catches it."""
 
 
 def noise_band(*, seeds=None, floor: Band | None = None) -> Band:
-    """The band of the rule: from the seeds when each side has >= 2, else the stated floor.
+    """The band of the rule: from the seeds when each side has >= 2, else the stated floor. Used by
+    Chapters 6-9 (:meth:`Findings.judge`); ``07_gpt2`` calls it directly.
 
     ``seeds`` is ``(a, b)`` or ``(a,)`` per-seed values. With both, the wider band is used.
     One seed and no floor raises ``ValueError`` (a single run cannot say what is noise).
@@ -372,7 +375,8 @@ def last_epoch_floor(*runs) -> Band | None:
     """The floor for models that had not converged: the largest last-epoch validation change
     over ``runs`` (one more epoch could move either model by that much). Runs that converged
     contribute nothing; if every run converged there is no floor (None): the seeds must then give
-    the band, and with one seed per model :meth:`Findings.judge` reads no verdict."""
+    the band, and with one seed per model :meth:`Findings.judge` reads no verdict. Chapters 6, 7
+    and 9 state their floors with it."""
     changes, metrics = [], set()
     for r in runs:
         c = convergence(r)
@@ -452,7 +456,8 @@ def recipe_summary(rows) -> str:
 
 def convergence_summary(rows) -> str:
     """One line for a :func:`convergence_rows` table: how many models converged on every seed
-    ("0 of 10 models converged: every run was still improving at its last epoch")."""
+    ("0 of 10 models converged: every run was still improving at its last epoch"). Used by
+    Chapters 6 and 7 (``06_wikitext``, ``07_gpt2``)."""
     rows = list(rows)
     if not rows:
         raise ValueError("convergence_summary needs the rows of convergence_rows, got none")
@@ -505,7 +510,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class Finding:
-    """A claim with its verdict, the measured difference, the band and the reason."""
+    """A claim with its verdict, the measured difference, the band and the reason. Chapters 6-9 list
+    their findings as these."""
 
     claim: Claim
     verdict: str
@@ -547,7 +553,8 @@ class Finding:
 
 def decide(claim: Claim, value, band: Band, *, digits: int = 2) -> Finding:
     """The rule: within noise if ``|value| <= band``, else reproduces when ``value`` has the
-    paper's sign (``claim.direction``) and does not reproduce otherwise."""
+    paper's sign (``claim.direction``) and does not reproduce otherwise. Chapters 6-9 judge their
+    findings by it (:meth:`Findings.judge`)."""
     if not isinstance(claim, Claim):
         raise TypeError(f"claim must be a Claim, got {type(claim).__name__}")
     if not isinstance(band, Band):
@@ -564,7 +571,8 @@ def decide(claim: Claim, value, band: Band, *, digits: int = 2) -> Finding:
 
 @dataclass
 class Findings:
-    """A chapter's findings, in the order the page tests them; renders its list and counts."""
+    """A chapter's findings, in the order the page tests them; renders its list and counts. Every
+    page of Chapters 6-9 builds one."""
 
     chapter: str
     items: list = field(default_factory=list)

@@ -97,7 +97,9 @@ def random_markov_lm(
     """A :class:`MarkovLM` whose rows are ``softmax(z / temperature)`` with ``z ~ N(0, I)``.
 
     Small temperatures give peaked rows (greedy-like behaviour), large ones near-uniform rows.
-    Drawn with ``generator`` only, so the same seed gives the same table.
+    Drawn with ``generator`` only, so the same seed gives the same table. Chapters 1 and 2
+    (``01_decoding``, ``02_consistency``) check the decoders and the exact calculations on such
+    tables.
     """
     vocab_size = check_positive_int(vocab_size, "vocab_size", minimum=2)
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):

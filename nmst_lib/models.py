@@ -39,7 +39,8 @@ __all__ = ["RecurrentState", "RecurrentLM", "RNNLM", "LSTMLM", "build_model", "A
 
 class RecurrentState(NamedTuple):
     """Decoding state of a :class:`RecurrentLM`: ``hidden`` is ``h[L, B, H]`` (RNN) or
-    ``(h, c)`` (LSTM); ``head`` is the output layer's per-row state ``[B]``."""
+    ``(h, c)`` (LSTM); ``head`` is the output layer's per-row state ``[B]``. Used by the RNN and
+    LSTM models of Chapters 6, 8 and 9."""
 
     hidden: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
     head: torch.Tensor
@@ -293,7 +294,8 @@ HEAD_FILE = "nmst_head.json"
 
 
 class GPT2Unavailable(OSError):
-    """Pretrained GPT-2 weights could not be loaded (hub unreachable and not cached, or not a GPT-2 folder)."""
+    """Pretrained GPT-2 weights could not be loaded (hub unreachable and not cached, or not a GPT-2 folder).
+    Used by Chapter 7 (``07_gpt2``)."""
 
 
 def _head_from_file(path: Path):
@@ -311,7 +313,8 @@ def _head_from_file(path: Path):
 class GPT2State(NamedTuple):
     """Decoding state of :class:`GPT2LM`: the key/value cache (a ``transformers``
     ``DynamicCache``; :meth:`GPT2LM.step` extends it in place, so a state is used once) and the
-    head's per-row state ``[B]``."""
+    head's per-row state ``[B]``. Chapter 7 (``07_gpt2``) builds one in its exercise on reordering
+    the ST state."""
 
     cache: object
     head: torch.Tensor
@@ -533,7 +536,7 @@ class GPT2LM(nn.Module):
 
 class UncachedGPT2State(NamedTuple):
     """Decoding state of :class:`UncachedGPT2`: every token so far ``[B, n]`` (context and
-    continuation) and the head's per-row state ``[B]``."""
+    continuation) and the head's per-row state ``[B]`` (Chapter 7, ``07_gpt2``)."""
 
     tokens: torch.Tensor
     head: torch.Tensor

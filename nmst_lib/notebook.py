@@ -102,7 +102,8 @@ def code_words(today=None) -> str:
     0123456789 | run 2026-11-30 (UTC)``; "with local changes" when the checkout's library differs
     from its commit, "installed package" when the library is not a git checkout (Colab, a wheel).
     ``today``: a :class:`datetime.date` (default: today, UTC). The same code version every stored
-    result is stamped with (:func:`nmst_lib.experiments.results.code_version`)."""
+    result is stamped with (:func:`nmst_lib.experiments.results.code_version`). Every chapter
+    (Chapters 1-9) prints it in its first cell through :func:`setup_notebook`."""
     import datetime
 
     from .experiments.results import code_version
@@ -145,7 +146,8 @@ def say(name: str, text) -> None:
 def markdown_text(text):
     """``IPython.display.Markdown`` holding ``text`` itself. ``Markdown(text)`` reads a file
     instead when ``text`` names one that exists ("." or a word that is also a folder's name), so
-    the text is set after construction."""
+    the text is set after construction. Chapters 1-9 show their computed sentences through it
+    (:func:`say`)."""
     from IPython.display import Markdown
 
     shown = Markdown("")

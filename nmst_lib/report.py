@@ -94,7 +94,8 @@ __all__ = [
 
 
 class Html(str):
-    """A string of HTML that Jupyter (and so the website) displays as HTML.
+    """A string of HTML that Jupyter (and so the website) displays as HTML. Chapters 6-9 display
+    their tables with it.
 
     It is a plain ``str`` (print it, test it, concatenate it) whose ``_repr_html_`` returns
     itself, so ``display(Html(...))`` or an ``Html`` as a cell's last value renders it. Every
@@ -108,7 +109,8 @@ class Html(str):
 
 
 def escape(text) -> str:
-    """``str(text)`` with ``& < > " '`` replaced by HTML entities (``html.escape``).
+    """``str(text)`` with ``& < > " '`` replaced by HTML entities (``html.escape``). Used by
+    Chapters 6-9 (``09_temperature`` calls it directly).
 
     Model-generated text is full of angle-bracket tokens (``<unk>``, ``<eos>``,
     ``<|endoftext|>``); unescaped, a browser parses them as unknown tags and shows nothing
@@ -270,7 +272,7 @@ def eps_text(eps) -> str:
 
 def eps_book(eps) -> str:
     """eps as the book writes it: ``5e-4``, ``2.5e-3``, ``1e-2`` (:func:`eps_text` without the
-    exponent's sign padding)."""
+    exponent's sign padding). Used by Chapters 6 and 7."""
     mantissa, exponent = eps_text(eps).split("e")
     return f"{mantissa}e{int(exponent)}"
 
@@ -303,7 +305,7 @@ def book_notation(label: str) -> str:
 def and_list(names) -> str:
     """Names joined as prose: ``("VA",)`` -> ``"VA"``; ``("VA", "ST")`` -> ``"VA and ST"``;
     ``("VA", "ST", "NMST")`` -> ``"VA, ST and NMST"`` (no serial comma, the book's style). Every
-    name must be a non-empty ``str``, and there must be at least one."""
+    name must be a non-empty ``str``, and there must be at least one. Used by Chapters 6, 7 and 9."""
     names = list(names)
     if not names:
         raise ValueError("and_list needs at least one name, got none")
@@ -318,7 +320,8 @@ def and_list(names) -> str:
 def counted(n: int, noun: str, plural: str | None = None) -> str:
     """``n`` and ``noun`` in the number ``n`` asks for: ``counted(1, "seed")`` -> ``"1 seed"``,
     ``counted(3, "seed")`` -> ``"3 seeds"``, ``counted(0, "seed")`` -> ``"0 seeds"``;
-    ``plural`` for a noun that does not take an ``s``. ``n`` is a non-negative integer."""
+    ``plural`` for a noun that does not take an ``s``. ``n`` is a non-negative integer. Used by
+    Chapter 9 (``09_temperature``)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"n must be an int, got {type(n).__name__}")
     if n < 0:
@@ -342,7 +345,8 @@ def times(ratio) -> str:
 
 
 def mean_std(values, digits: int = 1) -> str:
-    """``"mean ± std"`` over repeated runs (sample standard deviation, ddof = 1).
+    """``"mean ± std"`` over repeated runs (sample standard deviation, ddof = 1). Used by Chapter 6
+    (``06_wikitext``).
 
     One value has no spread: ``"m ± n/a"``; no values: ``"—"``. The papers report mean
     (st.dev.) over 10 runs (Choi, Cho, Lee 2023, Table 1; Welleck et al. 2020, Tables 1, 3).
@@ -355,7 +359,8 @@ def mean_std(values, digits: int = 1) -> str:
 
 
 def mean_range(values, digits: int = 3, *, scale: float = 1.0, range_digits: int | None = None) -> str:
-    """``"mean (min–max)"`` over repeated runs, each value multiplied by ``scale`` first.
+    """``"mean (min–max)"`` over repeated runs, each value multiplied by ``scale`` first. Used by
+    Chapter 6 (``06_wikitext``).
 
     For quantities such as r_nt(L) averaged over seeds: the mean of "k of N contexts
     unfinished" over seeds is not itself a count, so a page gives the mean and the range
@@ -386,7 +391,8 @@ def _same(a, b) -> bool:
 
 
 def select(results: Iterable[Mapping], **fields) -> list[dict]:
-    """The results whose ``config`` matches every given field, in their order.
+    """The results whose ``config`` matches every given field, in their order. Used by Chapters 6
+    and 7.
 
     ``select(results, arch="lstm", head="va", eps=None)``: ``None`` matches only ``None``;
     floats match up to a relative 1e-9 (``5e-4`` matches ``0.0005``). A field a config does
@@ -415,7 +421,7 @@ def _get_path(obj, path: str):
 def values(results: Iterable[Mapping], path: str | Callable[[Mapping], float]) -> np.ndarray:
     """One number from each result, as a float64 array: ``path`` is a dotted path into the
     result (``"metrics.val_ppl"``, ``"decoding.greedy.rnt.-1"``) or a function of the result.
-    A missing entry raises ``KeyError`` naming the path."""
+    A missing entry raises ``KeyError`` naming the path. Used by Chapter 6 (``06_wikitext``)."""
     get = path if callable(path) else (lambda r: _get_path(r, path))
     return np.asarray([float(get(r)) for r in results], dtype=np.float64)
 
@@ -456,7 +462,8 @@ def stored_termination_steps(record: Mapping) -> np.ndarray:
 def rnt_at(record: Mapping, L: int) -> float:
     """r_nt(L) = q(|y| > L) of a stored decoding record at any 1 <= L <= its ``max_len``
     (Choi, Cho, Lee 2023, eq. 11), from :func:`stored_termination_steps`. Welleck et al.
-    (2020)'s r_L counts |y| >= L instead; for token-level decoders r_L = r_nt(L - 1)."""
+    (2020)'s r_L counts |y| >= L instead; for token-level decoders r_L = r_nt(L - 1). Used by
+    Chapters 6 and 7."""
     if isinstance(L, bool) or not isinstance(L, numbers.Integral):
         raise TypeError(f"L must be an integer, got {L!r}")
     max_len = int(record["max_len"])
@@ -471,7 +478,7 @@ def rnt_at(record: Mapping, L: int) -> float:
 def lengths_from_histogram(hist: Mapping) -> np.ndarray:
     """The individual lengths of a sparse histogram ``{"values": [...], "counts": [...]}``
     (the form results store, e.g. ``length_histogram`` and ``data_length_histogram``), as an
-    int64 array sorted ascending."""
+    int64 array sorted ascending. Used by Chapter 6 (``06_wikitext``)."""
     vals = np.asarray(hist["values"], dtype=np.int64)
     counts = np.asarray(hist["counts"], dtype=np.int64)
     if vals.shape != counts.shape or vals.ndim != 1:
@@ -556,7 +563,7 @@ def ks_by_seed(runs, data_lengths, decoder: str = "greedy") -> tuple[np.ndarray,
 @dataclass(frozen=True)
 class TokenShare:
     """``count`` occurrences of a token among ``total`` tokens; ``fraction`` = count / total
-    (NaN when there are no tokens)."""
+    (NaN when there are no tokens). Chapter 7 (``07_gpt2``) reads it from :func:`token_share`."""
 
     count: int
     total: int
@@ -574,7 +581,7 @@ def token_share(texts: Iterable, token: str = "<unk>", *, ignore: Iterable[str] 
     """How often ``token`` occurs among the tokens of ``texts`` (whitespace-separated strings
     or token lists), leaving out the tokens in ``ignore`` (by default ``<eos>``, which ends a
     continuation and is not text). E.g. the ``<unk>`` rate of stored continuations, to set
-    beside the data's (Chapter 6, ``06_wikitext``)."""
+    beside the data's (Chapter 7, ``07_gpt2``)."""
     if isinstance(texts, str):
         texts = [texts]
     skip = set(ignore)
@@ -601,7 +608,7 @@ def longest_run(text, token: str = "<unk>") -> int:
 @dataclass(frozen=True)
 class Cycle:
     """A text ends with ``tokens`` repeated ``repeats`` times in a row (a loop of period
-    ``len(tokens)``)."""
+    ``len(tokens)``). Chapters 6 and 7 read it from :func:`repeating_tail`."""
 
     tokens: tuple[str, ...]
     repeats: int
@@ -630,7 +637,7 @@ def repeating_tail(text, *, max_period: int = 20, min_repeats: int = 3) -> Cycle
     the last p tokens occur at least ``min_repeats`` times in a row at the end of the text,
     with how many times they do; ``None`` if there is none. The degenerate loops of greedy
     search ("`, <unk> <unk> , <unk> <unk>` ...") are such tails. ``<eos>`` at the end is
-    ignored (a cycle that was cut off by eos is still a cycle)."""
+    ignored (a cycle that was cut off by eos is still a cycle). Used by Chapters 6 and 7."""
     if isinstance(max_period, bool) or not isinstance(max_period, int) or max_period < 1:
         raise ValueError("max_period must be a positive integer")
     if isinstance(min_repeats, bool) or not isinstance(min_repeats, int) or min_repeats < 2:
@@ -656,7 +663,8 @@ def repeating_tail(text, *, max_period: int = 20, min_repeats: int = 3) -> Cycle
 
 
 def training_status(result: Mapping) -> dict:
-    """How a run's training ended, from its stored ``metrics`` and ``config``.
+    """How a run's training ended, from its stored ``metrics`` and ``config``. Used by Chapter 6
+    (``06_wikitext``).
 
     Returns a dict with ``epochs_run``, ``best_epoch``, ``max_epochs``, ``stopped_early``,
     ``val_ppl_by_epoch`` (the stored history), ``last_drop`` (the relative fall of the
@@ -729,7 +737,7 @@ def _without_machine_paths(head: list[str], flags: list[tuple[str, str | None]])
 def shown_command(command: str) -> str:
     """A stamped command line as a page shows it: absolute paths replaced by placeholders named
     after their flag (``--out`` followed by a temporary folder becomes ``--out <OUT>``; see
-    :func:`command_template`)."""
+    :func:`command_template`). Chapters 6-9 show commands through it (:func:`provenance_html`)."""
     if not command:
         return ""
     head, flags = _without_machine_paths(*_split_command(command))
@@ -744,7 +752,7 @@ def command_template(commands: Iterable[str]) -> str:
 
     ``["run --arch rnn --seed 0", "run --arch lstm --seed 0 --eps 1e-4"]`` gives
     ``"run --arch <ARCH> --seed 0 [--eps 1e-4]"``. Commands whose leading words differ give
-    ``"<several commands>"``.
+    ``"<several commands>"``. Chapters 6-9 show commands through it (:func:`provenance_html`).
     """
     cmds = [c for c in commands if c]
     if not cmds:
@@ -787,7 +795,8 @@ def _code_text(prov: Mapping) -> str:
 def provenance_rows(results: Iterable[Mapping]) -> list[dict]:
     """One flat row per result from its stamps: ``run`` (the key), ``profile``, ``training
     data``, ``seed``, ``code``, ``nmst_lib``, ``torch``, ``python``, ``device``, ``date
-    (UTC)``, ``training (s)``, ``resumed`` and ``command``. Missing stamps show as empty."""
+    (UTC)``, ``training (s)``, ``resumed`` and ``command``. Missing stamps show as empty. Used by
+    Chapters 6-9 (:func:`provenance_html`)."""
     rows = []
     for r in results:
         prov = r.get("provenance", {}) or {}
@@ -825,7 +834,8 @@ class ProvenanceSummary:
     """What :func:`provenance_summary` found: ``common`` maps each stamp shared by every run
     to its value; ``groups`` has one row per group of runs (the group's config fields, the
     number of runs, and for each stamp that differs between runs its value or its range);
-    ``full`` is :func:`provenance_rows`; ``varying`` names the stamps that differ."""
+    ``full`` is :func:`provenance_rows`; ``varying`` names the stamps that differ. Used by
+    Chapters 6-9 (:func:`provenance_html`)."""
 
     n: int
     common: dict
@@ -907,7 +917,7 @@ _COMMON_LABELS = {
 def details_html(summary: str, content: str, *, open: bool = False) -> Html:
     """``content`` (HTML, e.g. a :func:`html_table`) inside a ``<details>`` element that shows
     only ``summary`` (plain text, escaped) until the reader opens it: secondary material that
-    a page keeps out of the way (ARCHITECTURE.md, "Pages")."""
+    a page keeps out of the way (ARCHITECTURE.md, "Pages"). Used by Chapters 6-9."""
     return Html(f"<details{' open' if open else ''}><summary>{escape(summary)}</summary>{content}</details>")
 
 
@@ -921,7 +931,8 @@ def provenance_html(
     """Provenance of many runs for a page: a short list of what all runs share, a compact
     table of what differs (grouped by ``group_by``), and the full per-run table inside a
     collapsed ``<details>`` element. ``intro`` (plain text, escaped) opens the summary.
-    Everything comes from the stamps in the results (:func:`provenance_summary`)."""
+    Everything comes from the stamps in the results (:func:`provenance_summary`). Used by
+    Chapters 6-9."""
     s = provenance_summary(results, group_by)
     out = ['<div class="nmst-provenance">']
     if intro:

@@ -265,12 +265,14 @@ class ContextualTemperature(nn.Module):
                 f"normalisation={self.normalisation!r}, {params}, range=[{lo:g}, {hi:g}]")
 
     def scores(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``mu = h W1 W2`` ``[..., V]`` before the normalisation (Table 3's ``mu``)."""
+        """``mu = h W1 W2`` ``[..., V]`` before the normalisation (Table 3's
+        ``mu``; Chapter 9, ``09_temperature``)."""
         hidden = _check_hidden(hidden, self.hidden_size)
         return self.W2(self.W1(hidden))
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Temperatures ``tau[..., V]`` of ``hidden[..., H]`` (eq. 5), in ``self.range``."""
+        """Temperatures ``tau[..., V]`` of ``hidden[..., H]`` (eq. 5; Chapter 9,
+        ``09_temperature``), in ``self.range``."""
         return normalised_temperature(self.scores(hidden), self.normalisation, self.a, self.b, self.lam)
 
 
@@ -504,7 +506,8 @@ class ContextualHead(OutputHead):
     # ------------------------------------------------------------------ pieces
 
     def temperatures(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The temperatures ``tau[..., V]`` at ``hidden[..., H]`` (eq. 5); ValueError without a
+        """The temperatures ``tau[..., V]`` at ``hidden[..., H]`` (eq. 5; Chapter 9,
+        ``09_temperature``); ValueError without a
         temperature (plain MoS). For an ST/NMST base the eos column is not used."""
         if self.temperature is None:
             raise ValueError(f"the {self.name} head has no contextual temperature")

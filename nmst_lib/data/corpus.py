@@ -212,7 +212,8 @@ def drop_unk_markers(lines: list[str]) -> list[str]:
 def is_article_heading(line: str) -> bool:
     """True for a top-level heading ``= Title =`` (one ``=`` on each side),
     which starts a new WikiText article; section headings
-    ``= = Section = =`` are not article starts."""
+    ``= = Section = =`` are not article starts. The substitute training split of Chapters 6-9 is
+    re-cut at these headings."""
     s = line.strip()
     return (
         len(s) >= 5
@@ -226,7 +227,7 @@ def is_article_heading(line: str) -> bool:
 def split_articles(lines: list[str]) -> list[list[str]]:
     """Group lines into articles; each article starts at a top-level heading
     (see :func:`is_article_heading`). Lines before the first heading form an
-    article of their own."""
+    article of their own. The substitute training split of Chapters 6-9 is re-cut by these articles."""
     articles: list[list[str]] = []
     for line in lines:
         if is_article_heading(line) or not articles:
@@ -346,7 +347,7 @@ class DataDescription:
 @dataclass
 class Corpus:
     """Train/valid/test lines plus the :class:`DataDescription` that says
-    what they are."""
+    what they are. The models of Chapters 6-9 train on its WikiText-2 text."""
 
     train: list[str]
     valid: list[str]

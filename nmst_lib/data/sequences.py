@@ -223,7 +223,8 @@ def make_sequences(
 
 @dataclass
 class Batch:
-    """Padded sequences and the masks the loss and the heads need.
+    """Padded sequences and the masks the loss and the heads need. Used to train and evaluate the
+    models of Chapters 6-9.
 
     ``tokens[B, T]`` (padded with ``<pad>``), ``lengths[B]``; the model reads
     ``inputs = tokens[:, :-1]`` and predicts ``targets = tokens[:, 1:]``.
@@ -287,7 +288,7 @@ class Batch:
 
 def make_batch(data: SequenceData, indices) -> Batch:
     """Gather sequences ``indices`` into a padded :class:`Batch` with one
-    tensor gather."""
+    tensor gather. Used to train and evaluate the models of Chapters 6-9."""
     idx = torch.as_tensor(indices, dtype=torch.long)
     if idx.numel() == 0:
         raise ValueError("a batch needs at least one sequence")
@@ -372,7 +373,7 @@ def _cut_sorted(
 def epoch_generator(seed: int, epoch: int) -> torch.Generator:
     """The data-order generator of one training epoch: it depends only on
     ``(seed, epoch)``, so a resumed run sees the same batches in the same
-    order."""
+    order. Used to train the models of Chapters 6-9."""
     return torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch))
 
 

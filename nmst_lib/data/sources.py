@@ -53,14 +53,14 @@ WIKITEXT_SUBDIR, TOKENIZER_SUBDIR = "wikitext-2", "gpt2-tokenizer"
 
 class WikiTextUnavailable(OSError):
     """WikiText-2 could not be obtained from the requested source (offline
-    hub, missing files)."""
+    hub, missing files). Raised by the loaders of the data of Chapters 6-9."""
 
 
 def data_root() -> Path | None:
     """The data root named by ``$NMST_DATA_DIR`` (a folder holding
     ``wikitext-2/`` and ``gpt2-tokenizer/``), or None when the variable is
     unset or empty. Nothing is checked here: the loaders say what is
-    missing."""
+    missing. Used by the loaders of the data of Chapters 6-9."""
     env = os.environ.get(DATA_DIR_ENV, "").strip()
     return Path(env).expanduser() if env else None
 
@@ -160,7 +160,7 @@ def hub_is_reachable(
     timeout: float = 2.0, host: str = "huggingface.co", port: int = 443
 ) -> bool:
     """Quick probe: can a TCP connection to the hub be opened within
-    ``timeout`` seconds?
+    ``timeout`` seconds? Used before WikiText-2 (Chapters 6-9) and GPT-2 (Chapter 7) are loaded.
 
     ``False`` at once when ``HF_HUB_OFFLINE``/``HF_DATASETS_OFFLINE`` is set.
     Name resolution runs in a daemon thread so that a hanging DNS lookup
@@ -187,7 +187,8 @@ def go_offline() -> None:
     """Tell ``huggingface_hub``/``datasets`` not to retry the network in this
     process: sets ``HF_HUB_OFFLINE`` and ``HF_DATASETS_OFFLINE``, and the
     flags those libraries copied from them at import time (a loader calls it
-    when :func:`hub_is_reachable` said no)."""
+    when :func:`hub_is_reachable` said no). Used when WikiText-2 (Chapters 6-9) and GPT-2
+    (Chapter 7) are loaded."""
     for name in _OFFLINE_VARIABLES:
         os.environ[name] = "1"
     _set_flags("datasets.config", _OFFLINE_VARIABLES)

@@ -96,7 +96,8 @@ def piece_texts(pieces) -> list[str]:
 def pieces_text(pieces) -> str:
     """The words the stored ``pieces`` spell, one space between words (a
     piece without ``▁`` joins the word before it): ``["▁Eng", "land", "▁."]``
-    gives ``"England ."``."""
+    gives ``"England ."``. Chapters 8 and 9 (``08_sparse``, ``09_temperature``) use it through
+    :func:`tokens_text`."""
     return " ".join("".join(piece_texts(pieces)).split())
 
 
@@ -129,7 +130,7 @@ def tokens_text(tokens, vocab_kind: str) -> str:
     """The text of stored ``tokens`` of a model whose vocabulary is
     ``vocab_kind`` (its config's ``vocab_kind``): the words the pieces spell
     (``"bpe"``, :func:`pieces_text`) or the words with a space between
-    (``"word"``)."""
+    (``"word"``). Chapters 8 and 9 (``08_sparse``, ``09_temperature``) print contexts with it."""
     tokens = _pieces(tokens)
     return (
         pieces_text(tokens) if _kind(vocab_kind) == "bpe" else " ".join(tokens)
@@ -138,7 +139,8 @@ def tokens_text(tokens, vocab_kind: str) -> str:
 
 def token_labels(tokens, vocab_kind: str) -> list[str]:
     """Each stored token as a per-token table shows it: :func:`piece_label`
-    of each piece (``"bpe"``) or the word itself (``"word"``)."""
+    of each piece (``"bpe"``) or the word itself (``"word"``). Chapters 8 and 9 (``08_sparse``,
+    ``09_temperature``) label tokens with it."""
     tokens = _pieces(tokens)
     return (
         [piece_label(t) for t in tokens]

@@ -47,11 +47,13 @@ _TAGS = ("__tensor__", "__ndarray__", "__tuple__", "__dict__", "__float__", "__b
 
 
 class CheckpointError(ValueError):
-    """A checkpoint is corrupted, truncated, not a checkpoint, or does not belong to this config/data."""
+    """A checkpoint is corrupted, truncated, not a checkpoint, or does not belong to this config/data.
+    Raised by the resumable training of Chapters 6-9."""
 
 
 def mirror_path(path: str | Path) -> Path:
-    """The human-readable JSON mirror of checkpoint ``path``: ``<path>.json``."""
+    """The human-readable JSON mirror of checkpoint ``path``: ``<path>.json``. Written by the
+    resumable training of Chapters 6-9."""
     path = Path(path)
     return path.with_name(path.name + ".json")
 

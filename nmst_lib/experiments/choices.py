@@ -106,7 +106,8 @@ def _span(lo: float, hi: float) -> str:
 def shown_folder(folder) -> str:
     """How a page names a results folder without showing the machine's file system: inside the
     installed package as ``nmst_lib/published_results/<family>``, else relative to the working
-    folder, else under the home folder as ``~/...``, else its last two parts after ``.../``."""
+    folder, else under the home folder as ``~/...``, else its last two parts after ``.../``.
+    Chapters 6, 7 and 9 name their results folders with it (:func:`describe_results`)."""
     import nmst_lib
 
     folder = Path(folder).resolve()
@@ -175,6 +176,7 @@ def describe_results(stored: Sequence[StoredResult]) -> str:
 @dataclass(frozen=True)
 class TimeEstimate:
     """An estimate of the time a profile's suite takes on a device (see the module docstring).
+    Chapter 6 (``06_wikitext``) computes one.
 
     Attributes:
         profile: the profile estimated (``cpu`` or ``paper``).

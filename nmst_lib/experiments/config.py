@@ -138,7 +138,8 @@ Chapter 7, 07_gpt2); the same values as :data:`FEATURED_EPS`."""
 
 def normalise_head(head: str) -> str:
     """``va``/``vanilla``/``softmax`` -> ``va``; ``st``; ``nmst``; ``entmax``;
-    ``nmst-entmax``/``nmst_entmax`` -> ``nmst-entmax`` (case-insensitive)."""
+    ``nmst-entmax``/``nmst_entmax`` -> ``nmst-entmax`` (case-insensitive). Used by the configs of
+    Chapters 6-9."""
     key = head.lower() if isinstance(head, str) else head
     if key not in _HEAD_ALIASES:
         raise ValueError(f"unknown head {head!r}: choose one of va (vanilla softmax), st, nmst, entmax "
@@ -585,7 +586,7 @@ def validate_config(config: ExperimentConfig) -> ExperimentConfig:
     any training starts). Each section has its own validator
     (:mod:`nmst_lib.experiments.config_sections`); the checks that involve two
     sections (the arch and the data, GPT-2 or temperature options; GPT-2's 1024
-    positions) are here."""
+    positions) are here. Every config of Chapters 6-9 passes through it."""
     if not isinstance(config, ExperimentConfig):
         raise TypeError(
             f"expected an ExperimentConfig, got {type(config).__name__}"
@@ -651,21 +652,22 @@ def canonical_hash(payload: dict) -> str:
 def training_hash(config: ExperimentConfig) -> str:
     """Like :func:`config_hash` but over the fields that determine the trained weights only
     (everything except :data:`DECODING_FIELDS` and ``profile``): a checkpoint can be decoded
-    under any decoding settings."""
+    under any decoding settings. It ties the checkpoints of Chapters 6-9 to their configs."""
     d = {k: v for k, v in config.to_dict().items() if k not in DECODING_FIELDS and k != "profile"}
     return canonical_hash({"schema": SCHEMA_VERSION, "training": d})
 
 
 def config_hash(config: ExperimentConfig) -> str:
     """sha256 (first 16 hex digits) of the canonical JSON of every field plus
-    :data:`SCHEMA_VERSION`: equal hashes mean the same experiment with the same code semantics."""
+    :data:`SCHEMA_VERSION`: equal hashes mean the same experiment with the same code semantics. The
+    results of Chapters 6 and 7 are stamped with it."""
     return canonical_hash({"schema": SCHEMA_VERSION, "config": config.to_dict()})
 
 
 def config_from_dict(d: dict) -> ExperimentConfig:
     """Inverse of :meth:`ExperimentConfig.to_dict`: flat field names
     (:data:`~nmst_lib.experiments.config_sections.FIELD_SECTIONS`) routed to their sections (unknown keys are an
-    error)."""
+    error). It reads the configs stored with the results of Chapters 6-9."""
     d = dict(d)
     if "betas" in d:
         d["betas"] = tuple(d["betas"])
@@ -751,7 +753,8 @@ def chapter_recipe(family: str, profile: str) -> dict:
     """The option fields that ``family``'s suite at ``profile`` sets on top of
     :func:`make_config`'s profile defaults: at ``cpu`` the fields of the recipe
     :data:`CHAPTER_CPU_RECIPE` names for it, empty otherwise (for ``wikitext2`` they change nothing: its recipe
-    is the profile's own). A suite's ``--set`` overrides come after these."""
+    is the profile's own). A suite's ``--set`` overrides come after these. Used by the suites of
+    Chapters 6-9."""
     if family not in CHAPTER_CPU_RECIPE:
         raise ValueError(f"unknown RNN/LSTM family {family!r}: choose one of {', '.join(CHAPTER_CPU_RECIPE)}")
     if profile not in PROFILES:
@@ -856,7 +859,7 @@ def suite_overrides(overrides: dict) -> dict:
     alpha, seed) is the suite's to choose: naming one, or an unknown field, is a ValueError. A
     suite trained with overrides is a different suite (every config hash changes); this is how a
     new recipe is trained before a chapter switches its profile to it (issue 23's converged
-    recipe, ``scripts/converge_cpu.sh``)."""
+    recipe, ``scripts/converge_cpu.sh``). Used by the suites of Chapters 6-9."""
     if not isinstance(overrides, dict):
         raise TypeError(f"overrides must be a dict of field names to values, got {type(overrides).__name__}")
     chosen = sorted(set(overrides) & set(SUITE_CHOSEN_FIELDS))

@@ -310,7 +310,8 @@ sections, so that written results keep their layout)."""
 
 
 def check_number(value, name):
-    """TypeError unless ``value`` is a real number (not a bool, not NaN)."""
+    """TypeError unless ``value`` is a real number (not a bool, not NaN). Used by the config checks
+    of Chapters 6-9."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
@@ -340,7 +341,7 @@ def _check_optional_positive(section, names):
 
 def validate_data(data: DataOptions) -> DataOptions:
     """Checks of :class:`DataOptions` alone (the arch-dependent ones are in
-    :func:`~nmst_lib.experiments.config.validate_config`)."""
+    :func:`~nmst_lib.experiments.config.validate_config`). Used by the configs of Chapters 6-9."""
     _check_type(data, DataOptions, "data")
     if data.dataset not in DATASETS:
         raise ValueError(
@@ -374,7 +375,7 @@ def validate_data(data: DataOptions) -> DataOptions:
 
 def validate_model(model: ModelOptions) -> ModelOptions:
     """Checks of :class:`ModelOptions`: positive integer sizes, dropout in [0,
-    1)."""
+    1). Used by the configs of Chapters 6-9."""
     _check_type(model, ModelOptions, "model")
     check_positive_int(model.hidden, "hidden")
     check_positive_int(model.layers, "layers")
@@ -427,7 +428,7 @@ def _validate_rates(t: TrainingOptions) -> None:
 
 def validate_training(training: TrainingOptions) -> TrainingOptions:
     """Checks of :class:`TrainingOptions`; returns it with ``betas`` as a tuple
-    of floats."""
+    of floats. Used by the configs of Chapters 6-9."""
     _check_type(training, TrainingOptions, "training")
     t = training
     for name in ("max_epochs", "patience", "batch_size", "grad_accum"):
@@ -462,7 +463,7 @@ def validate_training(training: TrainingOptions) -> TrainingOptions:
 
 def validate_decoding(decoding: DecodingOptions) -> DecodingOptions:
     """Checks of :class:`DecodingOptions`; returns it with ``decoders`` as a
-    tuple."""
+    tuple. Used by the configs of Chapters 6-9."""
     _check_type(decoding, DecodingOptions, "decoding")
     d = decoding
     check_positive_int(d.decode_max_len, "decode_max_len")
@@ -494,7 +495,7 @@ def validate_gpt2(gpt2: GPT2Options, hidden) -> GPT2Options:
     """Checks of :class:`GPT2Options` for an ``arch="gpt2"`` config (a
     GPT2Options on another arch is refused by
     :func:`~nmst_lib.experiments.config.validate_config`): ``pretrained`` a
-    name or folder, or None with ``attn_heads`` dividing ``hidden``."""
+    name or folder, or None with ``attn_heads`` dividing ``hidden`` (Chapter 7, ``07_gpt2``)."""
     _check_type(gpt2, GPT2Options, "gpt2")
     name = gpt2.pretrained
     if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -601,7 +602,7 @@ def validate_temperature(
     temperature: TemperatureOptions, hidden
 ) -> TemperatureOptions:
     """Checks of :class:`TemperatureOptions` (Contextual Temperature (2020) eq.
-    3, 5-7, Table 3): ``normalisation`` one of
+    3, 5-7, Table 3; Chapter 9, ``09_temperature``): ``normalisation`` one of
     :data:`nmst_lib.temperature.TEMPERATURE_NORMALISATIONS` or None; a, b > 0
     (sigmoid and softmax) or lambda > 1 (power-tanh and shifted-tanh), filled
     with the normalisation's defaults

@@ -37,7 +37,7 @@ def evaluate_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size: in
     model's mode afterwards. ``model``: a language model of :mod:`nmst_lib.models` (with
     ``token_nll``); ``data``: a :class:`nmst_lib.data.SequenceData` with at least one sequence
     (TypeError / ValueError otherwise, as for :func:`evaluate_loss` and
-    :func:`evaluate_eps_perplexity`)."""
+    :func:`evaluate_eps_perplexity`). The perplexities Chapters 6-9 report."""
     _check_model_and_data(model, data, "token_nll")
     return math.exp(_mean_over_split(model, data, model.token_nll, batch_size, max_tokens))
 
@@ -157,7 +157,8 @@ def validation_score(config: ExperimentConfig, model: RecurrentLM,
                      data: D.SequenceData) -> float:
     """The :func:`selection_metric` of ``config`` for ``model`` on ``data``
     (the validation split), at twice the training batch size: what
-    :func:`nmst_lib.experiments.trainer.train` compares between epochs."""
+    :func:`nmst_lib.experiments.trainer.train` compares between epochs. Used to train the models of
+    Chapters 6-9."""
     metric = selection_metric(config)
     if metric == "val_ppl":
         return evaluate_perplexity(model, data, config.training.batch_size * 2, config.training.max_batch_tokens)

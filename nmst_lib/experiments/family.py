@@ -174,7 +174,7 @@ _FAMILIES: dict[str, Family] = {}
 def register(family: Family) -> Family:
     """Add ``family`` to the registry (a family module calls this once at
     import); returns it. Registering another family under a taken name is a
-    ValueError."""
+    ValueError. The four families of Chapters 6-9 register here."""
     if not isinstance(family, Family):
         raise TypeError(f"expected a Family, got {type(family).__name__}")
     known = _FAMILIES.get(family.name)
@@ -194,14 +194,14 @@ def register(family: Family) -> Family:
 def family_names() -> tuple[str, ...]:
     """The names of the registered families, in registration order (importing
     :mod:`nmst_lib.experiments`, which any import of this module does first,
-    registers the book's four)."""
+    registers the book's four). The book's four are the experiments of Chapters 6-9."""
     return tuple(_FAMILIES)
 
 
 def get_family(name: str) -> Family:
     """The registered family called ``name`` (``wikitext2``, ``gpt2``,
     ``sparse``, ``temperature``, or one a module registered); ValueError naming
-    the known ones."""
+    the known ones. Chapter 8 (``08_sparse``) reads Chapter 6's family through it."""
     names = family_names()
     if name not in _FAMILIES:
         raise ValueError(
@@ -217,7 +217,7 @@ def select_configs(
     one or more comma-separated key substrings keeps the configs whose key
     contains one of them (e.g. ``"va,nmst-eps5e-4"``); a callable is a
     predicate on configs. A string that selects nothing is a ValueError naming
-    the keys. The ``--only`` of every suite command."""
+    the keys. The ``--only`` of every suite command. Used by the suites of Chapters 6-9."""
     configs = list(configs)
     if only is None:
         return configs
@@ -256,7 +256,7 @@ def pending_configs(
     (``load(config)``, a :class:`~nmst_lib.experiments.results.StoredResult`)
     is not CURRENT, or all of them with ``force``. Says one line per config
     through ``log`` (``[tag i/n] key: current, skipped`` or ``[tag i/n] key:
-    missing, running``). The skip-or-queue step of every family."""
+    missing, running``). The skip-or-queue step of every family. Used by the suites of Chapters 6-9."""
     say = log or (lambda msg: None)
     todo = []
     for i, config in enumerate(configs, 1):
@@ -290,7 +290,7 @@ class SuiteClock:
     far and the time left estimated from the mean time of the runs done so
     far (wall time per finished run, so parallel jobs are counted as they
     run). The line says what the estimate rests on: runs of one suite can
-    differ several-fold."""
+    differ several-fold. Used by the suites of Chapters 6-9."""
 
     def __init__(self, total: int):
         self.total = check_positive_int(total, "total")
@@ -405,7 +405,7 @@ def run_family_suite(
     ``python -m nmst_lib suite FAMILY`` and every chapter's suite function.
     ``overrides`` (``suite --set FIELD=VALUE``): option fields set for every
     model, as ``family.configs(profile, **overrides)`` applies them
-    (:func:`~nmst_lib.experiments.config.suite_overrides`).
+    (:func:`~nmst_lib.experiments.config.suite_overrides`). Every suite of Chapters 6-9 runs through it.
 
     ``jobs > 1`` runs that many configs at once, each in its own (spawned)
     process with ``threads`` torch threads (on a 2-core CPU: ``jobs=2,

@@ -30,13 +30,15 @@ __all__ = [
 
 
 def default_device() -> torch.device:
-    """CUDA when available, else CPU (same code path on both)."""
+    """CUDA when available, else CPU (same code path on both). Used to train the models of
+    Chapters 6-9."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python's ``random``, numpy and torch (CPU and CUDA) with ``seed``."""
+    """Seed python's ``random``, numpy and torch (CPU and CUDA) with ``seed``. Used to train the
+    models of Chapters 6-9."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -125,7 +127,8 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
     half-precision logits). Whenever it is not None, :func:`~nmst_lib.experiments.trainer.train` scales the loss with a
     ``GradScaler``: float16 gradients underflow without it, and cuDNN RNN/LSTM layers run in
     float16 under CUDA autocast whatever its dtype (ATen's autocast wrapper of ``_cudnn_rnn``
-    casts to float16), so bfloat16 runs of these models need it too."""
+    casts to float16), so bfloat16 runs of these models need it too. Used to train and evaluate the
+    models of Chapters 6-9."""
     device = torch.device(device)
     if device.type != "cuda":
         return None
@@ -145,7 +148,7 @@ def subnormals_are_flushed() -> bool:
     """Whether the calling thread's CPU arithmetic flushes subnormal float32 numbers (those
     below ``torch.finfo(torch.float32).tiny``, about 1.18e-38) to zero, read by a probe: the
     product of the subnormal 2^-140 and 1 is 0 exactly when it does. Always False on a CPU
-    without the mode (see :func:`subnormals_flushed`)."""
+    without the mode (see :func:`subnormals_flushed`). Used to train the models of Chapters 6-9."""
     probe = torch.tensor(2.0 ** -140, dtype=torch.float32)
     return float(probe * 1.0) == 0.0
 

@@ -26,7 +26,8 @@ __all__ = ["PageResults", "page_results", "partial_notice", "fallback_notice", "
 
 @dataclass(frozen=True)
 class PageResults:
-    """The results one chapter page shows, as :func:`page_results` chose them.
+    """The results one chapter page shows, as :func:`page_results` chose them. Used by Chapters 6, 7
+    and 9 (:func:`page_results`).
 
     ``profile``: the profile shown (``quick`` after a fall-back); ``asked``: the profile the
     reader chose; ``results``: the CURRENT results shown, in suite order; ``configs``: their
@@ -72,7 +73,7 @@ class PageResults:
 def fallback_notice(reason: str, profile: str) -> str:
     """The warning a page shows when its numbers are not the committed ``cpu`` results its
     prose was written for; ``reason`` says whose they are (e.g. "of a `quick` run made just now,
-    because ...")."""
+    because ..."). Used by Chapters 6, 7 and 9 (:func:`page_results`)."""
     return (
         f"**This page is showing results {reason}**, not the committed `cpu` results the prose "
         "was written for: the tables and figures are computed from them, the text may not "
@@ -105,7 +106,7 @@ def model_names(configs) -> dict[str, str]:
     key without the seed -> its label in the book's notation (:func:`~nmst_lib.report.book_notation`
     of the config's ``label``, e.g. ``cpu-gpt2-st-eps2.5e-3-nounk`` -> ``ST+GPT2 (ε=2.5e-3)``),
     so that a page's notice never shows a file name. Every config needs a ``key`` ending in
-    ``-seed{N}`` and a ``label``."""
+    ``-seed{N}`` and a ``label``. Used by Chapters 6-9 (``08_sparse`` calls it directly)."""
     out = {}
     for c in configs:
         key, label = getattr(c, "key", None), getattr(c, "label", None)
@@ -131,7 +132,8 @@ def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResul
     seeds when there are several, whose findings the page lists as not run; and which further
     seeds of the models shown are not stored yet, grouped by the seeds they lack, whose tables
     are the means of the stored seeds. ``names`` (:func:`model_names`) names each model as the
-    book does; a model it lacks is named by its key without the seed."""
+    book does; a model it lacks is named by its key without the seed. Used by Chapters 6-9
+    (``08_sparse`` calls it directly)."""
     if names is not None and not isinstance(names, Mapping):
         raise TypeError(f"names must map a model's key to its name (model_names), got {type(names).__name__}")
     names = names or {}

@@ -124,7 +124,8 @@ def default_results_dir() -> Path:
     """Where new results are *written*: ``$NMST_RESULTS_DIR`` if set (and not empty); else the
     published folder (:func:`published_results_dir`) in a source checkout
     (:func:`is_source_checkout`: how the maintainers regenerate the committed results); else
-    ``<user cache>/results`` (:func:`user_cache_dir`), e.g. in Colab or after ``pip install``."""
+    ``<user cache>/results`` (:func:`user_cache_dir`), e.g. in Colab or after ``pip install``. Used
+    by the runs of Chapters 6-9."""
     env = os.environ.get(ENV_RESULTS_DIR, "")
     if env:
         return Path(env).expanduser()
@@ -184,7 +185,8 @@ def code_version() -> dict:
     """The code that produced a result: git SHA of HEAD (None when the library is not a source
     checkout, e.g. an installed wheel, even one whose environment lies inside some other git
     repository) and whether the library (``nmst_lib/``, ``pyproject.toml``) has uncommitted
-    changes, results in ``nmst_lib/published_results`` not counted; plus the library's version."""
+    changes, results in ``nmst_lib/published_results`` not counted; plus the library's version.
+    Stamped on every result of Chapters 6-9; every chapter's first cell prints it."""
     checkout = is_source_checkout()
     sha = _git("rev-parse", "HEAD") if checkout else None
     # Results themselves are not code: a suite writes one file per model into the published folder,
@@ -201,7 +203,8 @@ def code_version() -> dict:
 
 
 def environment_info(device: torch.device | str | None = None) -> dict:
-    """Python, torch, platform and device description for provenance."""
+    """Python, torch, platform and device description for provenance. Stamped on the results of
+    Chapters 6-9."""
     device = torch.device(device) if device is not None else torch.device("cpu")
     info = {
         "python": platform.python_version(),
@@ -218,7 +221,7 @@ def environment_info(device: torch.device | str | None = None) -> dict:
 
 
 def utc_now() -> str:
-    """The current UTC time, ISO 8601 to the second."""
+    """The current UTC time, ISO 8601 to the second. Stamped on the results of Chapters 6-9."""
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
@@ -228,7 +231,8 @@ ALLOW_DIRTY_ENV = "NMST_ALLOW_DIRTY_RESULTS"
 
 
 class DirtyResultError(ValueError):
-    """A result made from uncommitted code was about to be written into the published results."""
+    """A result made from uncommitted code was about to be written into the published results.
+    Raised to guard the published results of Chapters 6-9."""
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -246,7 +250,8 @@ def refuse_dirty_publication(result: dict, path: str | os.PathLike) -> dict:
     the environment sets ``NMST_ALLOW_DIRTY_RESULTS=1``: then it is written, stamped
     ``"dirty_forced": true``, with a loud warning on stderr, and pages show "+ local changes".
     Results written anywhere else (``--out``, ``$NMST_RESULTS_DIR``, the user cache) are the
-    user's own and pass unchanged. Returns the result to write."""
+    user's own and pass unchanged. Returns the result to write. Guards the published results of
+    Chapters 6-9."""
     provenance = result.get("provenance") or {}
     if not provenance.get("git_dirty") or not _inside(Path(path), published_results_dir()):
         return result
@@ -268,7 +273,7 @@ class StoredResult:
     JSON (None when missing); ``message`` says why; ``source`` says where the file came from:
     :data:`PUBLISHED` (the results shipped with the library, :func:`published_results_dir`),
     :data:`LOCAL` (any other folder: a run directory, ``$NMST_RESULTS_DIR``, the user cache),
-    or None when missing."""
+    or None when missing. Used by Chapters 6-9."""
 
     status: str
     path: Path
@@ -528,13 +533,14 @@ def training_provenance(run, *, command: str | None = None,
 
 def training_seeds(config: ExperimentConfig) -> dict:
     """The seeds of a trained model for a result's ``seeds`` block (every family): python,
-    numpy and torch (``config.seed``) and the data order."""
+    numpy and torch (``config.seed``) and the data order. Stamped on the results of Chapters 6-9."""
     return {"python": config.seed, "numpy": config.seed, "torch": config.seed,
             "data_order": f"torch.Generator seeded with seed * 1000003 + epoch (seed {config.seed})"}
 
 
 def command_line() -> str:
-    """The command that is running, for provenance (``python -m nmst_lib ...`` under the CLI)."""
+    """The command that is running, for provenance (``python -m nmst_lib ...`` under the CLI).
+    Stamped on the results of Chapters 6-9."""
     argv = list(sys.argv)
     if argv and argv[0].endswith(("__main__.py", "nmst_lib")):
         return " ".join(["python -m nmst_lib", *argv[1:]])

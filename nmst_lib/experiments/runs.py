@@ -62,7 +62,8 @@ __all__ = [
 
 def rnt_grid(max_len: int, points: int = 60) -> list[int]:
     """Log-spaced integer L values from 1 to ``max_len`` (inclusive) for r_nt(L) curves
-    (Choi, Cho, Lee (2023) Fig. 2 plots r_nt(L) on log-log axes)."""
+    (Choi, Cho, Lee (2023) Fig. 2 plots r_nt(L) on log-log axes). Used for the stored curves of
+    Chapters 6-9."""
     grid = np.unique(np.round(np.logspace(0, math.log10(max_len), points)).astype(np.int64))
     grid = grid[(grid >= 1) & (grid <= max_len)]
     return sorted(set(grid.tolist()) | {1, max_len})
@@ -71,7 +72,7 @@ def rnt_grid(max_len: int, points: int = 60) -> list[int]:
 def decoding_context_indices(config: ExperimentConfig, valid: D.SequenceData) -> torch.Tensor:
     """Which validation sequences give the decoding contexts: all of them, or a fixed random
     subset of ``num_decode_contexts`` (generator seed 0, the same for every model seed) in
-    random order, so that any prefix of it is a random subset too."""
+    random order, so that any prefix of it is a random subset too. Used by the runs of Chapters 6-9."""
     n = len(valid)
     if config.decoding.num_decode_contexts is None or config.decoding.num_decode_contexts >= n:
         return torch.arange(n)
@@ -79,7 +80,8 @@ def decoding_context_indices(config: ExperimentConfig, valid: D.SequenceData) ->
 
 
 def sparse_histogram(counts) -> dict:
-    """``{"values": [...], "counts": [...]}`` of the non-zero entries of a count array."""
+    """``{"values": [...], "counts": [...]}`` of the non-zero entries of a count array. Used for the
+    results of Chapters 6, 7 and 9."""
     counts = np.asarray(counts)
     nz = np.nonzero(counts)[0]
     return {"values": nz.tolist(), "counts": counts[nz].tolist()}
@@ -303,7 +305,8 @@ def evaluate_trained(run: TrainedRun, *, progress: bool = False, log: Callable[[
                      command: str | None = None, started: float | None = None) -> dict:
     """Everything a result file holds for a trained run: perplexities and training history,
     r_nt(L) curves and length histograms of every decoder of the config, the data's length
-    histogram, eos-probability traces, data description, seeds and provenance."""
+    histogram, eos-probability traces, data description, seeds and provenance. Used for the results
+    of Chapters 6, 7 and 9."""
     config, model, data = run.config, run.model, run.data
     say = log or (lambda msg: None)
     model.eval()

@@ -270,12 +270,13 @@ class SparseConfig:
 
 def sparse_config_hash(config: SparseConfig) -> str:
     """sha256 (16 hex digits) of the canonical JSON of the config (model and evaluation) plus the
-    sparse schema version: equal hashes = the same numbers."""
+    sparse schema version: equal hashes = the same numbers. The results of Chapter 8 (``08_sparse``)
+    are stamped with it."""
     return canonical_hash({"schema": _SPARSE_SCHEMA_VERSION, "config": config.to_dict()})
 
 
 def sparse_config_from_dict(d: dict) -> SparseConfig:
-    """Inverse of :meth:`SparseConfig.to_dict`."""
+    """Inverse of :meth:`SparseConfig.to_dict`. Used by Chapter 8 (``08_sparse``)."""
     if not isinstance(d, dict) or set(d) != {"model", "evaluation"}:
         raise ValueError("a sparse config dict has exactly the keys 'model' and 'evaluation'")
     ev = dict(d["evaluation"])
@@ -357,7 +358,7 @@ def sparse_suite_configs(profile: str, **overrides) -> list[SparseConfig]:
 
 def sparse_result_path(config: SparseConfig, results_dir=None) -> Path:
     """``<results_dir>/sparse/<key>.json`` (``results_dir`` defaults to
-    :func:`~nmst_lib.experiments.results.default_results_dir`)."""
+    :func:`~nmst_lib.experiments.results.default_results_dir`). Used by Chapter 8 (``08_sparse``)."""
     return SPARSE.path(config, results_dir)
 
 
@@ -748,7 +749,8 @@ def decoder_label(decoder: str, head: str, alpha: float | None = None) -> str:
     ``ancestral`` is "Softmax" on the NLL model and "Entmax" on an entmax-trained model (its own
     distribution is alpha-entmax, eq. 7), "NMST-entmax" on the NMST-entmax model. A temperature
     decoder is "Softmax-tau" on the NLL model only: on a sparse model ``softmax(log p / tau)`` is
-    ``p^(1/tau)`` renormalised, a sharpened entmax, named "Temperature"."""
+    ``p^(1/tau)`` renormalised, a sharpened entmax, named "Temperature". Used by Chapter 8
+    (``08_sparse``)."""
     spec = parse_decoder(decoder)
     if spec.method == "ancestral" and spec.temperature is None:
         return {"va": "Softmax", "entmax": f"Entmax (alpha={alpha:g})" if alpha else "Entmax",
@@ -806,7 +808,7 @@ def table2_rows(stored) -> list[dict]:
     :class:`~nmst_lib.experiments.results.StoredResult` list of :func:`load_sparse_results` (non-current ones are skipped).
     Every table of this module has one row per model (loss) and decoder: several seeds of a model
     give the mean, their count in ``seeds`` and each seed's value in ``per_seed``
-    (:func:`~nmst_lib.experiments.results.mean_over_seeds`)."""
+    (:func:`~nmst_lib.experiments.results.mean_over_seeds`). Shown in Chapter 8 (``08_sparse``)."""
     rows = []
     for rec in _records(stored):
         decs = rec["teacher_forced"]["decoders"]
@@ -826,7 +828,7 @@ def _per_model(rows: list[dict]) -> list[dict]:
 def table4_rows(stored) -> list[dict]:
     """Martins et al. (2020) Table 4 analogue: tokens considered per step (support size of the
     decoder's distribution) on the test split: mean, median, std, min, max (+ quantiles), for every
-    model x decoder."""
+    model x decoder. Shown in Chapter 8 (``08_sparse``)."""
     rows = []
     for rec in _records(stored):
         m = rec["model"]
@@ -840,13 +842,13 @@ def table4_rows(stored) -> list[dict]:
 
 def table5_rows(stored) -> list[dict]:
     """Martins et al. (2020) Table 5 analogue, complete: every model (loss) x every decoder, with
-    the columns of :func:`table2_rows`."""
+    the columns of :func:`table2_rows`. Shown in Chapter 8 (``08_sparse``)."""
     return _per_model([_metric_row(rec, d) for rec in _records(stored) for d in rec["teacher_forced"]["decoders"]])
 
 
 def distinct_rows(stored) -> list[dict]:
     """distinct-1/2/3, mean length and terminated fraction of free-running continuations, per
-    model x decoder."""
+    model x decoder. Shown in Chapter 8 (``08_sparse``)."""
     rows = []
     for rec in _records(stored):
         m = rec["model"]
@@ -861,7 +863,8 @@ def distinct_rows(stored) -> list[dict]:
 def eos_rows(stored) -> list[dict]:
     """eos's fate per model x decoder: fraction of test positions with eos in the support; at the
     true sentence ends, the mean probability of eos and the fraction where it is exactly 0; and
-    r_nt at the largest L of the free-running decodes of the model's natural decoder and greedy."""
+    r_nt at the largest L of the free-running decodes of the model's natural decoder and greedy.
+    Shown in Chapter 8 (``08_sparse``)."""
     rows = []
     for rec in _records(stored):
         m = rec["model"]
@@ -880,7 +883,7 @@ def rnt_curves(stored) -> list[dict]:
     """r_nt(L) curves of every model under its natural decoder and greedy: ``{"loss", "decoder",
     "method", "L", "rnt", "max_len", "num_contexts"}`` per curve (Choi, Cho, Lee (2023) eq. 11);
     several seeds of a model give the mean curve (``num_contexts`` per seed; ``seeds``,
-    ``per_seed`` as in :func:`table2_rows`)."""
+    ``per_seed`` as in :func:`table2_rows`). Shown in Chapter 8 (``08_sparse``)."""
     out = []
     for rec in _records(stored):
         m = rec["model"]

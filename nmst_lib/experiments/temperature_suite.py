@@ -394,7 +394,8 @@ def vocabulary_size_of(config: ExperimentConfig) -> int:
     """The vocabulary size ``config`` trains with, known before its data is read: ``vocab_cap``
     words + ``<unk>``, ``<pad>``, ``<eos>`` (word vocabularies), ``vocab_cap`` pieces, specials
     included (BPE), or WikiText-2's 33,278 words + the three specials when uncapped (the
-    ``paper`` profile; the substitute split's own count differs a little)."""
+    ``paper`` profile; the substitute split's own count differs a little). Used by Chapter 9's suite
+    (``09_temperature``)."""
     from .choices import WIKITEXT2_SIZES
 
     cap = config.data.vocab_cap

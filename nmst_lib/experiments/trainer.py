@@ -110,7 +110,8 @@ def checkpoint_path(config: ExperimentConfig, checkpoint_dir=None) -> Path:
     """The checkpoint file of ``config``: ``<checkpoint_dir>/<key>.safetensors``
     (:mod:`nmst_lib.experiments.checkpoints`), or ``<checkpoint_dir>/<key>.pt`` when only a
     checkpoint of the earlier format exists there (it is read, and the next checkpoint is
-    written as ``.safetensors``). ``checkpoint_dir`` defaults to :func:`default_checkpoint_dir`."""
+    written as ``.safetensors``). ``checkpoint_dir`` defaults to :func:`default_checkpoint_dir`.
+    Used to train the models of Chapters 6-9."""
     path = _checkpoint_file(config, checkpoint_dir)
     legacy = path.with_name(f"{config.key}{_LEGACY_SUFFIX}")
     if not path.is_file() and legacy.is_file():

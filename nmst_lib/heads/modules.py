@@ -211,7 +211,8 @@ class VanillaHead(OutputHead):
 
     def token_losses(self, logits, targets, context_mask=None):
         """``-log softmax(z)_y`` per position (Choi, Cho, Lee (2023), eq. 3), bit for bit the
-        entry of :meth:`forward`; fused backward (:mod:`nmst_lib.fused`)."""
+        entry of :meth:`forward`; fused backward (:mod:`nmst_lib.fused`). The training loss of the
+        VA models of Chapters 6-9."""
         logits = _check_logits(logits)
         _check_context_mask(context_mask, logits)
         targets = _check_targets(targets, logits)
@@ -367,7 +368,8 @@ class EntmaxHead(OutputHead):
         return log_entmax(logits, self.alpha, dim=-1), state
 
     def token_losses(self, logits, targets, context_mask=None):
-        """The entmax loss ``L_alpha(z_t; y_t)`` per position (Martins et al. (2020), eq. 6)."""
+        """The entmax loss ``L_alpha(z_t; y_t)`` per position (Martins et al. (2020),
+        eq. 6; Chapter 8, ``08_sparse``)."""
         logits = _check_logits(logits)
         _check_context_mask(context_mask, logits)
         targets = _check_targets(targets, logits)

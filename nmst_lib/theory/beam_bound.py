@@ -46,7 +46,8 @@ def beam_gap_window(eps) -> tuple[float, float]:
     :class:`SplitFirstStepModel` runs to exactly t_{1/2} + 1 steps: lo = log(P / (1 - P)) at
     P = f_lb(t_{1/2}), hi = log((1 - P') / P') at P' = f_lb(t_{1/2} - 1) (module docstring).
     ``lo >= hi`` means no such D exists for this eps. Needs t_{1/2} >= 2, i.e. eps <= 1/2
-    (for eps > 1/2, t_{1/2} = 1 and width 2 always runs to step 2)."""
+    (for eps > 1/2, t_{1/2} = 1 and width 2 always runs to step 2). Chapter 4
+    (``04_self_terminating``) prints it where the beam bound is attained."""
     eps = check_eps(eps)
     t_half = first_step_eos_above_half(eps)
     if t_half < 2:
@@ -57,7 +58,8 @@ def beam_gap_window(eps) -> tuple[float, float]:
 
 
 class SplitFirstStepModel:
-    """The model of the module docstring, for the decoding protocol of ARCHITECTURE.md.
+    """The model of the module docstring, for the decoding protocol of ARCHITECTURE.md. Chapters 4-5
+    (``04_self_terminating``, ``05_nmst``) build it through :func:`beam_attaining_model`.
 
     ``head`` is ``"st"`` or ``"nmst"``; ``gap`` the log-odds D of A over B at step 1. The state is
     the head's per-row step state; every row of a batch is the same model. ``last_step`` is

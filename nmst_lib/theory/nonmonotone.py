@@ -28,7 +28,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RemarkOneDataset:
-    """A data set of continuations sharing one context, as in Choi, Cho, Lee (2023), Remark 1.
+    """A data set of continuations sharing one context, as in Choi, Cho, Lee (2023), Remark 1
+    (Chapter 5, ``05_nmst``).
 
     Attributes:
         vocab: token strings; ``vocab[eos_id] == "<eos>"`` (eos is the last id).
@@ -73,12 +74,14 @@ class RemarkOneDataset:
         return out
 
     def longest(self) -> torch.Tensor:
-        """Token ids of the longest continuation (y^(2) of Remark 1)."""
+        """Token ids of the longest continuation (y^(2) of Remark 1). Used by Chapter 5
+        (``05_nmst``)."""
         lengths = [len(s) for s in self.sequences]
         return self.encode(self.sequences[lengths.index(max(lengths))])
 
     def eos_decision_counts(self, path: torch.Tensor | None = None):
-        """Counts behind each eos decision along ``path`` (default: the longest continuation).
+        """Counts behind each eos decision along ``path`` (default: the longest continuation). Used
+        by Chapter 5 (``05_nmst``).
 
         Returns ``(stop, go)``, float64 tensors of length |path|: at step t, ``stop[t-1]`` is the
         (count-weighted) number of data sequences that share the prefix path_<t and have eos
