@@ -374,17 +374,21 @@ def land(work: Path, keys: list[str], store: Path | None = None) -> list[Path]:
     """Copy the finished, not yet committed results of ``WORK/out`` (only ``keys`` when given)
     into the published store; returns the files written."""
     store = published_results_dir() if store is None else store
-    jobs = {c.key: (f, c) for f, c in queue()}
-    unknown = [k for k in keys if k not in jobs]
+    # a key can name a model of two families (Chapter 8's softmax model is Chapter 6's LSTM VA,
+    # with the same key), so jobs are (family, config) pairs, never a dict by key
+    jobs = [(f, c) for f, c in queue() if not keys or c.key in keys]
+    unknown = [k for k in keys if k not in {c.key for _, c in jobs}]
     if unknown:
         raise SystemExit(f"not in the plan: {', '.join(unknown)} (see `train_queue.py plan`)")
+    waiting = {(f, c.key) for f, c in jobs if where_done(f, c, work) == "WORK/out"}
+    for key in keys:
+        if not any(k == key for _, k in waiting):
+            where = [f"{f}: {where_done(f, c, work) or 'not done'}" for f, c in jobs if c.key == key]
+            raise SystemExit(f"{key}: no finished result waits in {work / 'out'} ({'; '.join(where)})")
     written = []
-    for key in keys or list(jobs):
-        family, config = jobs[key]
-        where = where_done(family, config, work)
-        if where != "WORK/out":
-            if keys:
-                raise SystemExit(f"{key}: no finished result waits in {work / 'out'} ({where or 'not done'})")
+    for family, config in jobs:
+        key = config.key
+        if (family, key) not in waiting:
             continue
         source = work / "out" / family / f"{key}.json"
         data = json.loads(source.read_text(encoding="utf-8"))

@@ -192,6 +192,25 @@ def test_land_copies_a_waiting_result_byte_for_byte_once_and_refuses_a_dirty_one
     assert not written[0].exists()
 
 
+def test_land_finds_a_result_whose_key_two_families_share(tq, plan, tmp_path, monkeypatch):
+    """Chapter 8's softmax model is Chapter 6's LSTM VA under the same key: a finished Chapter 6 run
+    of it waits in WORK/out/wikitext2 and lands there (a dict by key kept only the sparse family's
+    entry, and ``land`` said there was nothing to land)."""
+    shared = {c.key for f, c in plan if f == "sparse"} & {c.key for f, c in plan if f == "wikitext2"}
+    key = min(shared)
+    config = next(c for f, c in plan if f == "wikitext2" and c.key == key)
+    fam = get_family("wikitext2")
+    if fam.load(config).status != "current":
+        pytest.skip("no published Chapter 6 result of the shared model")
+    work, store = tmp_path / "work", tmp_path / "store"
+    waiting = fam.path(config, work / "out")
+    waiting.parent.mkdir(parents=True)
+    waiting.write_bytes(Path(fam.load(config).path).read_bytes())
+    monkeypatch.setattr(tq, "published_results_dir", lambda: store)
+    assert tq.land(work, [key], store=store) == [store / "wikitext2" / f"{key}.json"]
+    assert not (store / "sparse").exists()
+
+
 def _stored(store: Path, family: str, key: str, minutes: float) -> None:
     (store / family).mkdir(parents=True, exist_ok=True)
     payload = {"provenance": {"train_seconds": minutes * 60}}
