@@ -166,6 +166,15 @@ def measured_minutes(family: str, store: Path | None = None) -> dict[str, float]
     return found
 
 
+class MeasuredByFamily(dict):
+    """:func:`measured_minutes` by family, each family's store read the first time it is asked
+    for: one per look at the queue (``status``, :func:`next_job`)."""
+
+    def __missing__(self, family: str) -> dict[str, float]:
+        self[family] = found = measured_minutes(family)
+        return found
+
+
 def estimate_minutes(family: str, config, store: Path | None = None,
                      measured: dict[str, float] | None = None) -> float:
     """Expected minutes of training of ``config`` on one shared core: the median of
@@ -196,13 +205,11 @@ def next_job(work: Path, until: float | None = None):
     """The first model of the queue that is neither done nor claimed, claimed for this lane; with
     ``until`` (a time, seconds since the epoch) only a model that resumes from a checkpoint or whose
     :func:`estimate_minutes` ends before it. None when no model qualifies."""
-    measured = {}  # family -> measured_minutes, each store read once per call
+    measured = MeasuredByFamily()
     for family, config in queue():
         if where_done(family, config, work) is not None:
             continue
         if until is not None and not has_checkpoint(work, config.key):
-            if family not in measured:
-                measured[family] = measured_minutes(family)
             if estimate_minutes(family, config, measured=measured[family]) > (until - time.time()) / 60:
                 continue
         if claim(work, config.key):
@@ -338,15 +345,13 @@ def start(work: Path, lanes: int, update: bool = False, fit: float | None = None
 def status(work: Path) -> None:
     rows, todo_minutes = [], 0
     claimed = {p.name for p in (work / "claims").glob("*")} if (work / "claims").is_dir() else set()
-    measured = {}  # family -> measured_minutes, each store read once
+    measured = MeasuredByFamily()
     for family, config in queue():
         done = where_done(family, config, work, tree=work / "tree" if (work / "tree").is_dir() else ROOT)
         state = ("done, to land (WORK/out)" if done == "WORK/out" else f"done ({done})") if done else (
             "running" if config.key in claimed else "to run")
         minutes = ""
         if not done:
-            if family not in measured:
-                measured[family] = measured_minutes(family)
             expected = estimate_minutes(family, config, measured=measured[family])
             todo_minutes += expected
             minutes = f"~{expected:.0f} min"
