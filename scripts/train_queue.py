@@ -202,13 +202,16 @@ def has_checkpoint(work: Path, key: str) -> bool:
 
 
 def next_job(work: Path, until: float | None = None):
-    """The first model of the queue that is neither done nor claimed, claimed for this lane; with
-    ``until`` (a time, seconds since the epoch) only a model that resumes from a checkpoint or whose
-    :func:`estimate_minutes` ends before it. None when no model qualifies."""
+    """The next model of the queue that is neither done nor claimed, claimed for this lane.
+
+    A model whose checkpoint survived (a lane stopped mid-run) comes first, in the queue's order: its
+    hours are already spent and it lands soonest. Then the queue's order; with ``until`` (a time,
+    seconds since the epoch) only a model whose :func:`estimate_minutes` ends before it, so that a
+    lane never starts what the session cannot finish. None when no model qualifies."""
     measured = MeasuredByFamily()
-    for family, config in queue():
-        if where_done(family, config, work) is not None:
-            continue
+    open_jobs = [(f, c) for f, c in queue() if where_done(f, c, work) is None]
+    resumable = [(f, c) for f, c in open_jobs if has_checkpoint(work, c.key)]
+    for family, config in resumable + [job for job in open_jobs if job not in resumable]:
         if until is not None and not has_checkpoint(work, config.key):
             if estimate_minutes(family, config, measured=measured[family]) > (until - time.time()) / 60:
                 continue

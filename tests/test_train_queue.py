@@ -279,6 +279,22 @@ def test_with_a_deadline_a_lane_starts_only_what_ends_in_time_and_resumes_a_surv
     assert tq.next_job(work, None) is None  # all three claimed
 
 
+def test_a_surviving_checkpoint_is_resumed_before_a_fresh_model_earlier_in_the_queue(tq, tmp_path, monkeypatch):
+    """A lane that restarts finishes the interrupted run first (its hours are spent; it lands soonest)
+    instead of starting the first unfinished model of the queue from scratch, with or without a
+    deadline; the rest then follows the queue's order."""
+    fam = get_family("wikitext2")
+    jobs = [("wikitext2", c) for c in fam.configs("cpu", **tq.RECIPES["wikitext2"])][:3]
+    monkeypatch.setattr(tq, "queue", lambda: jobs)
+    monkeypatch.setattr(tq, "where_done", lambda *a, **k: None)
+    monkeypatch.setattr(tq, "estimate_minutes", lambda family, config, **_: 10.0)
+    for until in (None, tq.time.time() + 60 * 60):
+        work = tmp_path / f"work-{until is None}"
+        (work / "ckpt").mkdir(parents=True)
+        (work / "ckpt" / f"{jobs[2][1].key}.safetensors").write_bytes(b"")
+        assert [tq.next_job(work, until)[1].key for _ in jobs] == [jobs[2][1].key, jobs[0][1].key, jobs[1][1].key]
+
+
 def test_fit_must_be_a_positive_number_of_minutes(tq, tmp_path):
     with pytest.raises(SystemExit, match="--fit must be a positive number of minutes"):
         tq.main(["start", str(tmp_path), "--fit", "0"])
