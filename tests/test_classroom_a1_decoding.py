@@ -67,6 +67,13 @@ def nucleus_ties_to_larger_id(log_probs, mu):
     return _nucleus_from_sorted(log_probs, mu, lambda before, upto, m: before < m, ties_to_larger_id=True)
 
 
+def nucleus_unstable_sort(log_probs, mu):  # torch.sort without stable=True: tied tokens in any order
+    sorted_lp, order = torch.sort(log_probs, dim=-1, descending=True)
+    probs = sorted_lp.double().exp()
+    keep = (probs.cumsum(-1) - probs) < mu
+    return torch.zeros_like(keep).scatter(-1, order, keep)
+
+
 def nucleus_probability_space(log_probs, mu):  # Exercise 1.1's solution: fine except at mu = 1 in float32
     sorted_lp, order = torch.sort(log_probs, dim=-1, descending=True, stable=True)
     sorted_p = sorted_lp.exp()
@@ -98,6 +105,13 @@ def consistent_eos_last(log_probs, k, eos_id):  # assumes eos is the last id
 def consistent_ties_to_larger_id(log_probs, k, eos_id):
     flipped = log_probs.flip(-1)
     return consistent_ok(flipped, k, log_probs.shape[-1] - 1 - eos_id).flip(-1)
+
+
+def consistent_unstable_sort(log_probs, k, eos_id):  # the top k by torch.sort without stable=True
+    order = torch.sort(log_probs, dim=-1, descending=True).indices[..., :k]
+    mask = torch.zeros_like(log_probs, dtype=torch.bool).scatter(-1, order, True)
+    mask[..., eos_id] = True
+    return restrict_log_probs(log_probs, mask)
 
 
 def consistent_probability_space(log_probs, k, eos_id):  # underflows for float32 logits of size 1e4
@@ -188,13 +202,15 @@ FAILING = [
     (checks.check_nucleus_is_the_smallest_set, nucleus_le, "the mass is 0.5 >= mu already"),
     (checks.hidden_nucleus_matches_library, nucleus_one_extra, "rows differ from the nucleus of Definition 1.4"),
     (checks.hidden_nucleus_breaks_ties_by_token_id, nucleus_ties_to_larger_id, "ties go to the smaller token id"),
+    (checks.hidden_nucleus_breaks_ties_by_token_id, nucleus_unstable_sort, "ties go to the smaller token id"),
     (checks.hidden_nucleus_extreme_logits_float32, nucleus_ties_to_larger_id, "|logit| ~ 1e4"),
     (checks.hidden_nucleus_mu_one_keeps_the_support, nucleus_probability_space, "mu = 1: every token of positive"),
     (checks.check_consistent_top_k_candidate_set, consistent_without_eos, "consistent top-k always adds eos"),
     (checks.check_consistent_top_k_never_lowers_eos, consistent_not_renormalised, "not 1; renormalise"),
     (checks.check_consistent_top_k_keeps_ratios, consistent_softmax_of_probs, "must be the same constant"),
     (checks.hidden_consistent_top_k_matches_library, consistent_eos_last, "consistent top-k (Definition 3.1"),
-    (checks.hidden_consistent_top_k_ties, consistent_ties_to_larger_id, "tie at the k-th place (p = 0.1741 each); ties go to the smaller token id"),
+    (checks.hidden_consistent_top_k_ties, consistent_ties_to_larger_id, "ties go to the smaller token id, so V_k holds token"),
+    (checks.hidden_consistent_top_k_ties, consistent_unstable_sort, "torch.sort(..., descending=True, stable=True)"),
     (checks.hidden_consistent_top_k_extreme_logits_float32, consistent_probability_space,
      "compute in log space"),
     (checks.check_exact_rnt_first_step_and_monotone, rnt_off_by_one, "1 - K_S[c, eos]"),
@@ -247,8 +263,18 @@ def test_the_exact_boundary_row_is_the_one_reported():
 # ----------------------------------------------------------------------------- q5: the experiment
 
 SETTINGS = checks.EXPERIMENT_DECODERS
-MAX_LEN = 400
-LS = [1, 5, 20, 100, 400]
+# Problem 5's checks on a shorter setting of the same kind (the checks read it from
+# ``checks.EXPERIMENT``, which these tests patch; a test below checks that the real one is the
+# master notebook's given cell).
+SMALL = {"MAX_LEN": 400, "SEED": 2, "LS": [1, 5, 20, 100, 400], "N_CONTEXTS": 40, "CONTEXT_LEN": 3}
+MAX_LEN, LS = SMALL["MAX_LEN"], SMALL["LS"]
+REAL_EXPERIMENT = dict(checks.EXPERIMENT)
+
+
+@pytest.fixture(autouse=True)
+def small_experiment(monkeypatch):
+    for key, value in SMALL.items():
+        monkeypatch.setitem(checks.EXPERIMENT, key, value)
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +332,7 @@ def test_generations_must_follow_their_decoders(experiment):
     fake = dict(generations, ancestral=generations["consistent top-2"])
     with pytest.raises(AssertionError, match="ancestral sampling draws from all of V"):
         checks.hidden_experiment_generations_follow_their_decoders(fake, contexts, rnn, MAX_LEN, 2)
-    with pytest.raises(AssertionError, match="not MAX_LEN"):
+    with pytest.raises(AssertionError, match="`MAX_LEN` is 401, but the problem fixes 400: keep the given cell"):
         checks.hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN + 1, 2)
 
 
@@ -323,8 +349,42 @@ def test_samplers_decoded_greedily_or_with_one_shared_generator_are_not_the_reci
     one_generator = {name: decode(rnn, contexts, max_len=MAX_LEN, generator=shared, **kw) for name, kw in SETTINGS.items()}
     with pytest.raises(AssertionError, match="a fresh generator seeded with SEED"):
         checks.hidden_experiment_generations_follow_their_decoders(one_generator, contexts, rnn, MAX_LEN, 2)
-    with pytest.raises(AssertionError, match="seed = SEED = 3"):
+    with pytest.raises(AssertionError, match="`SEED` is 3, but the problem fixes 2"):
         checks.hidden_experiment_generations_follow_their_decoders(generations, contexts, rnn, MAX_LEN, 3)
+
+
+def test_experiment_checks_grade_the_problems_experiment_not_an_edited_one(experiment):
+    """Edited constants of the given cell (a shorter LS, other contexts, another RNN) fail with
+    "keep the given cell", however well the numbers fit the edited setting."""
+    rnn, contexts, generations, curves = experiment
+    with pytest.raises(AssertionError, match=r"`LS` is \[1, 5\], but the problem fixes \[1, 5, 20, 100, 400\]"):
+        checks.check_experiment_follows_the_theory(generations, {k: v[:2] for k, v in curves.items()}, rnn, [1, 5])
+    with pytest.raises(AssertionError, match="`LS` is"):
+        checks.hidden_experiment_curves_match_generations(generations, curves, [1, 5])
+    other = inconsistent_rnn(6, seed=1, eos_margin=1.0, device="cpu")
+    with pytest.raises(AssertionError, match=r"`rnn` is a model \(InconsistentRNN\) with other weights or settings"):
+        checks.check_experiment_follows_the_theory(generations, curves, other, LS)
+    with pytest.raises(AssertionError, match=r"`contexts` is a tensor of shape \(5, 3\)"):
+        checks.hidden_experiment_generations_follow_their_decoders(generations, contexts[:5], rnn, MAX_LEN, 2)
+
+
+def test_the_checks_setting_is_the_master_notebooks_given_cell():
+    """``EXPERIMENT``, ``experiment_rnn`` and ``experiment_contexts`` are what Problem 5's given
+    cell in the master notebook sets up (the checks grade that experiment)."""
+    import json
+    from pathlib import Path
+
+    master = Path(__file__).resolve().parents[1] / "assignments" / "a1_decoding" / "a1_decoding.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(master.read_text(encoding="utf-8"))["cells"]]
+    given = next(c for c in cells if "MAX_LEN, SEED =" in c).split("generations = run_decoders")[0]
+    namespace = {"torch": torch, "math": math, "inconsistent_rnn": inconsistent_rnn}
+    exec(given, namespace)
+    for key, value in REAL_EXPERIMENT.items():
+        checks.EXPERIMENT[key] = value  # the autouse fixture restores the small setting afterwards
+    rnn = checks.experiment_rnn()
+    checks.expect_given({k: namespace[k] for k in ("MAX_LEN", "SEED", "LS", "rnn", "contexts")},
+                        {"MAX_LEN": REAL_EXPERIMENT["MAX_LEN"], "SEED": REAL_EXPERIMENT["SEED"],
+                         "LS": REAL_EXPERIMENT["LS"], "rnn": rnn, "contexts": checks.experiment_contexts(rnn)})
 
 
 def test_xi_is_the_bounded_state_floor(experiment):

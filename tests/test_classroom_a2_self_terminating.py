@@ -14,9 +14,8 @@ from torch import nn
 from nmst_lib.classroom import a2_self_terminating as checks
 from nmst_lib.classroom.checks import NotImplementedYet
 from nmst_lib.decoding import decode
-from nmst_lib.heads import NMSTHead, head_from_name, log1mexp, st_log_probs
+from nmst_lib.heads import NMSTHead, log1mexp, st_log_probs
 from nmst_lib.metrics import rnt_curve
-from nmst_lib.models import LSTMLM
 from nmst_lib.theory import beam_termination_bound, first_step_eos_above_half
 
 # ----------------------------------------------------------------------------- q1
@@ -311,27 +310,36 @@ def test_rnt_checks_catch_planted_bugs():
         checks.check_rnt_token_level(stub)
 
 
-V, BEAM, MAX_LEN, EPS_VALUES = 12, 2, 60, (0.05, 0.02)
+# Problem 5's checks on a smaller setting of the same kind (under a second instead of several
+# seconds): they read the setting from ``checks.EXPERIMENT``, which these tests patch; the last
+# test below checks that the real one is the master notebook's given cell.
+SMALL = {"V": 12, "HIDDEN": 16, "N_CONTEXTS": 12, "MAX_LEN": 60, "BEAM": 2, "EOS_BIAS": 6.0, "EPS_VALUES": (0.05, 0.02)}
+BEAM, MAX_LEN, EPS_VALUES = SMALL["BEAM"], SMALL["MAX_LEN"], SMALL["EPS_VALUES"]
 LS = list(range(1, MAX_LEN + 1))
+REAL_EXPERIMENT = dict(checks.EXPERIMENT)
 
 
-def build_model(head_name, eps):
-    torch.manual_seed(0)
-    model = LSTMLM(V, hidden=16, layers=1, dropout=0.0, head=head_from_name(head_name, eps=eps))
-    with torch.no_grad():
-        model.embedding.weight.uniform_(-2.0, 2.0)
-        model.output.bias[V - 1] = 6.0 if head_name == "ST" else -6.0
-    return model.eval()
+def build_model(head, eps):
+    return checks.experiment_model(head, eps)
+
+
+@pytest.fixture(autouse=True)
+def small_experiment(monkeypatch):
+    for key, value in SMALL.items():
+        monkeypatch.setitem(checks.EXPERIMENT, key, value)
 
 
 @pytest.fixture(scope="module")
 def experiment():
-    contexts = torch.randint(0, V - 1, (12, 4), generator=torch.Generator().manual_seed(1))
-    results = {}
-    for head, eps, dec in checks.experiment_keys(EPS_VALUES, BEAM):
-        kwargs = {"beam_size": BEAM} if dec.startswith("beam") else {}
-        gen = decode(build_model(head, eps), contexts, "beam" if kwargs else "greedy", max_len=MAX_LEN, **kwargs)
-        results[head, eps, dec] = {"rnt": rnt_curve(gen, LS), "mean_length": gen.lengths.double().mean().item()}
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in SMALL.items():
+            patch.setitem(checks.EXPERIMENT, key, value)
+        contexts = checks.experiment_contexts()
+        results = {}
+        for head, eps, dec in checks.experiment_keys(EPS_VALUES, BEAM):
+            kwargs = {"beam_size": BEAM} if dec.startswith("beam") else {}
+            gen = decode(build_model(head, eps), contexts, "beam" if kwargs else "greedy", max_len=MAX_LEN, **kwargs)
+            results[head, eps, dec] = {"rnt": rnt_curve(gen, LS), "mean_length": gen.lengths.double().mean().item()}
     return results, contexts
 
 
@@ -363,3 +371,53 @@ def test_results_checks_catch_planted_bugs(experiment):
     increasing["VA", None, "greedy"] = {"rnt": [i / MAX_LEN for i in range(MAX_LEN)], "mean_length": 1.0}
     with pytest.raises(AssertionError, match="increases with L"):
         checks.check_results_obey_the_theorems(increasing, EPS_VALUES, BEAM, LS)
+
+
+def test_results_checks_grade_the_problems_experiment_not_an_edited_one(experiment):
+    """An experiment whose given constants were edited (no ST or NMST rows, a shorter horizon, other
+    contexts, another model) fails with "keep the given cell", however well its numbers fit the
+    edited setting (an empty EPS_VALUES used to pass both checks with the two VA rows alone)."""
+    results, contexts = experiment
+    va_only = {k: v for k, v in results.items() if k[0] == "VA"}
+    with pytest.raises(AssertionError, match=r"`EPS_VALUES` is \(\), but the problem fixes \(0.05, 0.02\): "
+                                             "keep the given cell"):
+        checks.check_results_obey_the_theorems(va_only, (), BEAM, LS)
+    with pytest.raises(AssertionError, match="`EPS_VALUES` is"):
+        checks.hidden_results_match_recomputation(va_only, build_model, contexts, (), BEAM, LS, MAX_LEN)
+    short = list(range(1, 51))
+    with pytest.raises(AssertionError, match="`LS` is a list of 50 values from 1 to 50, but the problem fixes a list "
+                                             "of 60 values"):
+        checks.check_results_obey_the_theorems(results, EPS_VALUES, BEAM, short)
+    with pytest.raises(AssertionError, match="`MAX_LEN` is 50, but the problem fixes 60"):
+        checks.hidden_results_match_recomputation(results, build_model, contexts, EPS_VALUES, BEAM, LS, 50)
+    with pytest.raises(AssertionError, match="`contexts` is a tensor of shape \\(10, 5\\)"):
+        checks.hidden_results_match_recomputation(results, build_model, contexts[:10], EPS_VALUES, BEAM, LS, MAX_LEN)
+
+    def louder_eos(head, eps):
+        model = build_model(head, eps)
+        with torch.no_grad():
+            model.output.bias[-1] += 3.0
+        return model
+
+    with pytest.raises(AssertionError, match=r"`build_model\('VA', None\)` is a model \(LSTMLM\) with other weights or "
+                                             "settings, but the problem fixes the given cell's model"):
+        checks.hidden_results_match_recomputation(results, louder_eos, contexts, EPS_VALUES, BEAM, LS, MAX_LEN)
+
+
+def test_the_checks_setting_is_the_master_notebooks_given_cell():
+    """``EXPERIMENT``, ``experiment_model`` and ``experiment_contexts`` are what Problem 5's given
+    cell in the master notebook sets up (the checks grade that experiment)."""
+    import json
+    from pathlib import Path
+
+    master = Path(__file__).resolve().parents[1] / "assignments" / "a2_self_terminating" / "a2_self_terminating.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(master.read_text(encoding="utf-8"))["cells"]]
+    given = next(c for c in cells if "def build_model(" in c and "EPS_VALUES =" in c)
+    namespace = {"torch": torch}
+    exec(given.replace("print(", "(lambda *a, **k: None)("), namespace)
+    for key, value in REAL_EXPERIMENT.items():
+        checks.EXPERIMENT[key] = value  # the autouse fixture restores the small setting afterwards
+    assert {k: namespace[k] for k in REAL_EXPERIMENT} == REAL_EXPERIMENT
+    for head, eps in [("VA", None)] + [(h, e) for h in ("ST", "NMST") for e in REAL_EXPERIMENT["EPS_VALUES"]]:
+        checks.expect_given({"m": namespace["build_model"](head, eps)}, {"m": checks.experiment_model(head, eps)})
+    checks.expect_given({"contexts": namespace["contexts"]}, {"contexts": checks.experiment_contexts()})

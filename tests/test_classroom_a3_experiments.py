@@ -64,6 +64,26 @@ def test_q1_checks_catch_bugs(check, bug, message):
         check(stub)
 
 
+def nan_skipping_ppl(token_log_probs, lengths):
+    """Sums every entry that is not NaN: right when the padding is NaN, wrong when it is a number."""
+    return math.exp(float(-torch.nansum(token_log_probs.double()) / torch.as_tensor(lengths).sum()))
+
+
+@pytest.mark.parametrize("check", [A.check_perplexity_pools_tokens, A.check_perplexity_counts_eos,
+                                   A.hidden_perplexity_matches_library])
+def test_q1_checks_catch_padding_that_enters_the_sum_when_it_is_not_nan(check):
+    """The statement says the padding may hold anything: an answer that only skips NaN (or zeros)
+    loses the public points too, and the pooled check names the mistake."""
+    with pytest.raises(AssertionError, match="padding"):
+        check(nan_skipping_ppl)
+    A.check_uniform_model_gives_vocabulary_size(nan_skipping_ppl)  # NaN padding: this one cannot tell
+
+
+def test_q1_pooled_check_names_padding_in_the_sum():
+    with pytest.raises(AssertionError, match=r"is 25\.79, .* gives 5\.755: the padding entries .* entered the sum"):
+        A.check_perplexity_pools_tokens(nan_skipping_ppl)
+
+
 # ------------------------------------------------------------------------------------ q2 r_nt
 
 def rnt(tokens, eos_id, Ls, at_least=False, increasing=False, last_eos=False, sort=False):
@@ -154,6 +174,51 @@ def test_q3_the_wrong_submissions_bug_keeps_only_the_distribution_point():
 
 
 # ------------------------------------------------------------------------------ q4 experiment
+
+# Problem 4's checks on a smaller setting of the same kind (the checks read it from
+# ``A.EXPERIMENT``, which these tests patch; a test below checks that the real one is the master
+# notebook's given cell).
+SMALL = {"EPS_EXP": 0.05, "L_EXP": 30, "N_CONTEXTS": 16}
+REAL_EXPERIMENT = dict(A.EXPERIMENT)
+
+
+@pytest.fixture(autouse=True)
+def small_experiment(monkeypatch):
+    for key, value in SMALL.items():
+        monkeypatch.setitem(A.EXPERIMENT, key, value)
+
+
+def test_the_checks_setting_is_the_master_notebooks_given_cell():
+    """``EXPERIMENT`` holds the constants of Problem 4's given cell in the master notebook: its eps
+    and L, and the number of validation contexts in ``exp_contexts``."""
+    import ast
+    import json
+    from pathlib import Path
+
+    master = Path(__file__).resolve().parents[1] / "assignments" / "a3_experiments" / "a3_experiments.ipynb"
+    cells = ["".join(c["source"]) for c in json.loads(master.read_text(encoding="utf-8"))["cells"]]
+    given = next(c for c in cells if "EPS_EXP, L_EXP" in c and "exp_contexts =" in c)
+    values = {}
+    for node in ast.parse(given).body:
+        if isinstance(node, ast.Assign) and "EPS_EXP" in ast.unparse(node.targets[0]):
+            names = [t.id for t in node.targets[0].elts]
+            values.update(zip(names, ast.literal_eval(node.value)))
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "exp_contexts":
+            assert ast.unparse(node.value) == f"valid.contexts(range(min({REAL_EXPERIMENT['N_CONTEXTS']}, len(valid))))"
+    assert (values["EPS_EXP"], values["L_EXP"]) == (REAL_EXPERIMENT["EPS_EXP"], REAL_EXPERIMENT["L_EXP"])
+
+
+def test_q4_checks_grade_the_problems_experiment_not_an_edited_one(experiment):
+    """An edited eps, horizon or set of contexts fails with "keep the given cell" (a larger eps, or a
+    horizon past t_1/2, would make the guarantee hold in an easier experiment)."""
+    e = experiment
+    with pytest.raises(AssertionError, match="`EPS_EXP` is 0.5, but the problem fixes 0.05: keep the given cell"):
+        A.check_experiment_guarantee_and_training(e["models"], e["results"], 0.5, e["L"])
+    with pytest.raises(AssertionError, match="`L_EXP` is 300, but the problem fixes 30"):
+        A.check_experiment_numbers_recomputed(e["models"], e["results"], e["valid"], e["contexts"], 300)
+    with pytest.raises(AssertionError, match=r"`exp_contexts` is a tensor of shape \(4, "):
+        A.check_experiment_numbers_recomputed(e["models"], e["results"], e["valid"], e["contexts"][:4], e["L"])
+
 
 @pytest.fixture(scope="module")
 def experiment():

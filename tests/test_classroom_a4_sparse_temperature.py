@@ -147,7 +147,9 @@ BUGS = {
     "hidden_sparsemax_float32": [(lambda z: solution_sparsemax(z.double()), "keep the input's dtype")],
     "hidden_sparsemax_masked_tokens": [(_masked_as_zero, "must get probability exactly 0")],
     # q2
-    "check_eps_perplexity_without_smoothing": [(lambda p, V, k: 1.0 / float(p.mean()), "plain perplexity")],
+    "check_eps_perplexity_without_smoothing": [
+        (lambda p, V, k: 1.0 / float(p.mean()), "plain perplexity"),
+        (lambda p, V, k: float(torch.exp(-torch.log(p.float()).mean())), "float32 rounding does: accumulate the mean")],
     "check_eps_perplexity_uniform_and_zeros": [
         (lambda p, V, k: math.exp(-float((torch.log(p + k) - math.log1p(k)).mean())), "1/|V| for every kappa"),
         (lambda p, V, k: metrics.epsilon_perplexity(p, V, eps=k), "returned a tuple")],

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from nmst_lib.__main__ import main
-from nmst_lib.classroom import ASSIGNMENTS, public_tests_dir
+from nmst_lib.classroom import ASSIGNMENTS, TESTS_MARKER, public_tests_dir
 from nmst_lib.classroom.build import (
     UNPINNED_INSTALL_SPEC,
     _pinned_masters,
@@ -61,6 +61,21 @@ def test_public_tests_come_from_a_local_tests_folder_first_then_from_the_package
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "q1.py").write_text("name = 'q1'\n")
     assert public_tests_dir(ASSIGNMENTS[0]) == "tests"
+    (tmp_path / "tests" / TESTS_MARKER).write_text(ASSIGNMENTS[0] + "\n")
+    assert public_tests_dir(ASSIGNMENTS[0]) == "tests"
+
+
+def test_a_local_tests_folder_of_another_assignment_is_not_used(tmp_path, monkeypatch):
+    """Two assignments unpacked into one folder: ./tests/q1.py of a1 would check a2's q1 with a1's
+    tests. The build's marker names the owner; another assignment's folder is passed over, with a
+    warning, for the copy shipped in the package."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "q1.py").write_text("name = 'q1'\n")
+    (tmp_path / "tests" / TESTS_MARKER).write_text(ASSIGNMENTS[0] + "\n")
+    with pytest.warns(UserWarning, match=f"./tests holds the public tests of {ASSIGNMENTS[0]}, not of {ASSIGNMENTS[1]}"):
+        chosen = public_tests_dir(ASSIGNMENTS[1])
+    assert chosen.endswith(f"public_tests/{ASSIGNMENTS[1]}")
 
 
 def test_every_assignment_has_a_master_whose_setup_cell_installs_the_classroom_extra():

@@ -41,6 +41,7 @@ from .checks import (
     call_student,
     expect,
     expect_close,
+    expect_given,
     expect_tensor_close,
     fmt,
     generator,
@@ -48,6 +49,9 @@ from .checks import (
 
 __all__ = [
     "EXPERIMENT_DECODERS",
+    "EXPERIMENT",
+    "experiment_rnn",
+    "experiment_contexts",
     "check_nucleus_keeps_the_top_token",
     "check_nucleus_is_a_most_probable_set",
     "check_nucleus_mass_reaches_mu",
@@ -249,9 +253,10 @@ def hidden_nucleus_matches_library(nucleus_candidates) -> None:
 
 def hidden_nucleus_breaks_ties_by_token_id(nucleus_candidates) -> None:
     """Tied probabilities: the smaller token id ranks first, as in ``nmst_lib`` (a stable sort);
-    integer logits in {0, 1, 2} make many ties (Definition 1.4, Chapter 1)."""
+    integer logits in {0, 1, 2} make many ties (Definition 1.4, Chapter 1). Rows of 40 tokens:
+    torch's CPU sort keeps ties in order anyway up to 16, so shorter rows let an unstable sort pass."""
     g = generator(400)
-    logits = torch.randint(0, 3, (1000, 12), generator=g).double()
+    logits = torch.randint(0, 3, (1000, 40), generator=g).double()
     log_probs = torch.log_softmax(logits, dim=-1)
     for mu in (0.1, 0.35, 0.55, 0.8):
         _compare_masks(nucleus_candidates, log_probs, mu, "rows with tied probabilities (ties go to the smaller "
@@ -386,8 +391,9 @@ def hidden_consistent_top_k_matches_library(consistent_top_k_log_probs) -> None:
 
 def hidden_consistent_top_k_ties(consistent_top_k_log_probs) -> None:
     """Tied probabilities at the k-th place go to the smaller token id, as in ``nmst_lib``
-    (exactly k tokens plus eos; Definition 3.1, Chapter 3)."""
-    logits = torch.randint(0, 3, (500, 10), generator=generator(900)).double()
+    (exactly k tokens plus eos; Definition 3.1, Chapter 3). Rows of 40 tokens, for the reason given
+    in :func:`hidden_nucleus_breaks_ties_by_token_id`."""
+    logits = torch.randint(0, 3, (500, 40), generator=generator(900)).double()
     log_probs = torch.log_softmax(logits, dim=-1)
     for k, eos_id in ((1, 9), (3, 9), (4, 0), (6, 5)):
         got = _student_log_q(consistent_top_k_log_probs, log_probs, k, eos_id) > -math.inf
@@ -395,7 +401,7 @@ def hidden_consistent_top_k_ties(consistent_top_k_log_probs) -> None:
         for r in (got != want).any(dim=-1).nonzero().flatten().tolist():
             missing = (want[r] & ~got[r]).nonzero().flatten().tolist()
             tied = [(a, b) for a in missing for b in range(a + 1, log_probs.shape[-1])
-                    if bool(got[r, b]) and bool(log_probs[r, b] == log_probs[r, a])]
+                    if b != eos_id and bool(got[r, b]) and bool(log_probs[r, b] == log_probs[r, a])]
             if tied:
                 a, b = tied[0]
                 raise AssertionError(
@@ -568,6 +574,25 @@ EXPERIMENT_DECODERS = {
 _PLAIN = ("greedy", "top-2", "nucleus-0.6")
 _STOPPING = ("consistent top-2", "consistent nucleus-0.6", "ancestral")
 
+EXPERIMENT = {"MAX_LEN": 3000, "SEED": 2, "LS": [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 3000],
+              "N_CONTEXTS": 200, "CONTEXT_LEN": 3}
+"""Problem 5's setting, the values of its given cell: the checks grade this experiment, whatever
+the notebook's constants say (``checks.expect_given`` names an edited one)."""
+
+
+def experiment_rnn():
+    """Problem 5's model, Chapter 3's: ``inconsistent_rnn(6, seed=0, eos_margin=1.0)`` on the CPU
+    (Theorem 2.1's RNN, on which eos is ranked last after every prefix; Chapter 2)."""
+    from nmst_lib.theory import inconsistent_rnn
+
+    return inconsistent_rnn(6, seed=0, eos_margin=1.0, device="cpu")
+
+
+def experiment_contexts(rnn) -> torch.Tensor:
+    """Problem 5's contexts: N_CONTEXTS random prefixes of CONTEXT_LEN non-eos tokens (seed 0)."""
+    return torch.randint(0, rnn.eos_id, (EXPERIMENT["N_CONTEXTS"], EXPERIMENT["CONTEXT_LEN"]),
+                         generator=torch.Generator().manual_seed(0))
+
 
 def _student_curve(fn, tokens: torch.Tensor, eos_id: int, Ls) -> torch.Tensor:
     out = call_student(fn, tokens.clone(), eos_id, list(Ls), name=_Q5)
@@ -656,6 +681,7 @@ def check_experiment_follows_the_theory(generations, curves, rnn, LS) -> None:
     """On the inconsistent RNN the plain decoders never stop, r_nt(L) = 1 (Theorem 2.1, Chapter 2);
     the consistent ones and ancestral sampling obey r_nt(L) <= (1 - xi)^L (Theorem 3.1 and
     Corollary 3.1, Chapter 3; xi of Lemma 2.2)."""
+    expect_given({"LS": LS, "rnn": rnn}, {"LS": EXPERIMENT["LS"], "rnn": experiment_rnn()})
     _experiment_inputs(generations, curves)
     Ls = [int(L) for L in LS]
     xi = bounded_state_xi(rnn)
@@ -683,6 +709,7 @@ def check_experiment_follows_the_theory(generations, curves, rnn, LS) -> None:
 def hidden_experiment_curves_match_generations(generations, curves, LS) -> None:
     """The reported curves are r_nt(L) of the student's own generations, recomputed with
     ``nmst_lib.metrics.rnt_curve`` (Chapter 2)."""
+    expect_given({"LS": LS}, {"LS": EXPERIMENT["LS"]})
     _experiment_inputs(generations, curves)
     Ls = [int(L) for L in LS]
     for name in EXPERIMENT_DECODERS:
@@ -715,8 +742,10 @@ def hidden_experiment_generations_follow_their_decoders(generations, contexts, r
     max_len=MAX_LEN, generator=torch.Generator().manual_seed(SEED), **EXPERIMENT_DECODERS[name])``
     (a sampler decoded greedily stays inside its candidate set, but not on the recipe's tokens)."""
     _experiment_inputs(generations, {name: None for name in EXPERIMENT_DECODERS})
-    expect(isinstance(contexts, torch.Tensor) and contexts.dim() == 2,
-           "`contexts` must be the [B, k] tensor of the experiment cell")
+    fixed_rnn = experiment_rnn()
+    expect_given({"rnn": rnn, "contexts": contexts, "MAX_LEN": MAX_LEN, "SEED": SEED},
+                 {"rnn": fixed_rnn, "contexts": experiment_contexts(fixed_rnn), "MAX_LEN": EXPERIMENT["MAX_LEN"],
+                  "SEED": EXPERIMENT["SEED"]})
     eos_id = rnn.eos_id
     for name in EXPERIMENT_DECODERS:
         generation = generations[name]

@@ -28,6 +28,7 @@ from .checks import (
     call_student,
     expect,
     expect_close,
+    expect_given,
     expect_tensor_close,
     fmt,
     generator,
@@ -42,7 +43,7 @@ __all__ = [
     "hidden_bounds_match_library",
     "check_rnt_token_level", "check_rnt_beam_uses_first_finish", "hidden_rnt_matches_library",
     "check_results_obey_the_theorems", "hidden_results_match_recomputation",
-    "EXPERIMENT_HEADS", "experiment_keys",
+    "EXPERIMENT_HEADS", "EXPERIMENT", "experiment_keys", "experiment_model", "experiment_contexts",
 ]
 
 _CH4 = "Chapter 4"
@@ -490,6 +491,44 @@ def hidden_bounds_match_library(beam_step_bound: Callable, tail_bound: Callable)
 EXPERIMENT_HEADS = ("VA", "ST", "NMST")
 
 
+EXPERIMENT = {"V": 20, "HIDDEN": 32, "N_CONTEXTS": 100, "MAX_LEN": 300, "BEAM": 4, "EOS_BIAS": 6.0,
+              "EPS_VALUES": (0.02, 0.005, 0.001)}
+"""Problem 5's setting, the values of its given cell: the checks grade this experiment, whatever
+the notebook's constants say (``checks.expect_given`` names an edited one)."""
+
+
+def experiment_model(head_name: str, eps):
+    """Problem 5's model: the same random 1-layer LSTM for every head (seed 0), on the CPU, in eval
+    mode, with the eos bias -EOS_BIAS for VA and NMST and +EOS_BIAS for ST (ST's sigma(a_t) is a
+    probability to go on; the sign remark after Definition 4.1, Chapter 4). The notebook's given
+    ``build_model`` writes out the same lines."""
+    from nmst_lib.heads import head_from_name
+    from nmst_lib.models import LSTMLM
+
+    V = EXPERIMENT["V"]
+    torch.manual_seed(0)
+    model = LSTMLM(V, hidden=EXPERIMENT["HIDDEN"], layers=1, dropout=0.0, head=head_from_name(head_name, eps=eps))
+    with torch.no_grad():
+        model.embedding.weight.uniform_(-2.0, 2.0)
+        model.output.bias[V - 1] = EXPERIMENT["EOS_BIAS"] if head_name == "ST" else -EXPERIMENT["EOS_BIAS"]
+    return model.eval()
+
+
+def experiment_contexts() -> torch.Tensor:
+    """Problem 5's contexts: N_CONTEXTS random prefixes of 5 non-eos tokens (generator seed 1)."""
+    return torch.randint(0, EXPERIMENT["V"] - 1, (EXPERIMENT["N_CONTEXTS"], 5),
+                         generator=torch.Generator().manual_seed(1))
+
+
+def _expect_the_given_setting(EPS_VALUES, BEAM, LS, MAX_LEN=None) -> None:
+    fixed = {"EPS_VALUES": EXPERIMENT["EPS_VALUES"], "BEAM": EXPERIMENT["BEAM"],
+             "LS": list(range(1, EXPERIMENT["MAX_LEN"] + 1))}
+    given = {"EPS_VALUES": EPS_VALUES, "BEAM": BEAM, "LS": LS}
+    if MAX_LEN is not None:
+        fixed["MAX_LEN"], given["MAX_LEN"] = EXPERIMENT["MAX_LEN"], MAX_LEN
+    expect_given(given, fixed)
+
+
 def experiment_keys(eps_values, beam_size: int):
     """The keys of the experiment's ``results``: (head, eps, decoder), eps None for VA."""
     decoders = ("greedy", f"beam-{beam_size}")
@@ -606,6 +645,7 @@ def check_results_obey_the_theorems(results, EPS_VALUES, BEAM, LS) -> None:
     L = t_{1/2} + k - 1 on; r_nt(L) never increases in L."""
     from nmst_lib.theory import first_step_eos_above_half
 
+    _expect_the_given_setting(EPS_VALUES, BEAM, LS)
     res = _check_results_structure(results, EPS_VALUES, BEAM, LS)
     Ls = np.asarray(list(LS))
     for (head, eps, dec), entry in res.items():
@@ -630,15 +670,23 @@ def check_results_obey_the_theorems(results, EPS_VALUES, BEAM, LS) -> None:
 
 
 def hidden_results_match_recomputation(results, build_model, contexts, EPS_VALUES, BEAM, LS, MAX_LEN) -> None:
-    """The experiment's numbers equal a recomputation with the notebook's ``build_model``, the library's
-    ``decode`` and ``rnt_curve`` (greedy and beam search are deterministic)."""
+    """The experiment's numbers equal a recomputation of the problem's experiment (its
+    :func:`experiment_model` and :func:`experiment_contexts`, which the notebook's given
+    ``build_model`` and ``contexts`` must still equal) with the library's ``decode`` and
+    ``rnt_curve`` (greedy and beam search are deterministic)."""
     from nmst_lib.decoding import decode
     from nmst_lib.metrics import rnt_curve
 
+    _expect_the_given_setting(EPS_VALUES, BEAM, LS, MAX_LEN)
+    expect_given({"contexts": contexts}, {"contexts": experiment_contexts()})
+    for head, eps, _ in experiment_keys(EPS_VALUES, BEAM)[::2]:
+        call = f"build_model({head!r}, {eps})"
+        expect_given({call: call_student(build_model, head, eps, name="build_model")},
+                     {call: experiment_model(head, eps)})
     res = _check_results_structure(results, EPS_VALUES, BEAM, LS)
     Ls = list(LS)
     for head, eps, dec in experiment_keys(EPS_VALUES, BEAM):
-        model = build_model(head, eps)
+        model = experiment_model(head, eps)
         kwargs = {"beam_size": BEAM} if dec.startswith("beam") else {}
         gen = decode(model, contexts, "beam" if kwargs else "greedy", max_len=MAX_LEN, **kwargs)
         want_rnt = rnt_curve(gen, Ls)
@@ -649,7 +697,7 @@ def hidden_results_match_recomputation(results, build_model, contexts, EPS_VALUE
         if bad.any():
             i = int(np.argmax(bad))
             raise AssertionError(f"results[{(head, eps, dec)!r}]['rnt'] at L = {Ls[i]} is {fmt(float(got_rnt[i]))}, "
-                                 f"but decoding build_model({head!r}, {eps}) with {dec} to MAX_LEN = {MAX_LEN} gives "
+                                 f"but decoding the given build_model({head!r}, {eps}) with {dec} to MAX_LEN = {MAX_LEN} gives "
                                  f"r_nt = {fmt(float(want_rnt[i]))}")
         expect_close(float(entry["mean_length"]), want_mean, f"results[{(head, eps, dec)!r}]['mean_length']",
                      f"the mean returned length of the {dec} decode (lengths capped at MAX_LEN = {MAX_LEN})",

@@ -31,6 +31,7 @@ from .checks import (
     call_student,
     expect,
     expect_close,
+    expect_given,
     expect_tensor_close,
     fmt,
 )
@@ -44,7 +45,13 @@ __all__ = [
     "check_gpt2_rows_are_distributions", "check_gpt2_eos_floor", "check_gpt2_matches_cached_decoding",
     "hidden_gpt2_matches_library", "hidden_gpt2_extreme",
     "check_experiment_numbers_recomputed", "check_experiment_guarantee_and_training", "hidden_experiment_models",
+    "EXPERIMENT",
 ]
+
+EXPERIMENT = {"EPS_EXP": 0.02, "L_EXP": 200, "N_CONTEXTS": 64}
+"""Problem 4's setting, the values of its given cell (eps of the NMST model, the horizon L, the
+first N_CONTEXTS validation contexts): the checks grade this experiment, whatever the notebook's
+constants say (``checks.expect_given`` names an edited one)."""
 
 PPL_WHERE = "the per-token perplexity of Chapter 6 (nmst_lib.metrics.perplexity)"
 RNT_WHERE = "r_nt(L) of Chapter 6 (Choi et al. eq. 11, nmst_lib.metrics.rnt_curve)"
@@ -174,8 +181,10 @@ def check_uniform_model_gives_vocabulary_size(sequence_perplexity) -> None:
 
 def check_perplexity_pools_tokens(sequence_perplexity) -> None:
     """q1, public: the negative log-likelihoods of all lines are summed and divided by the total
-    number of scored tokens (Chapter 6; nmst_lib.metrics.perplexity), not averaged line by line."""
-    lp = torch.tensor([[-1.0, 0.0, 0.0], [-2.0, -2.0, -2.0]])
+    number of scored tokens (Chapter 6; nmst_lib.metrics.perplexity), not averaged line by line;
+    the padding holds ordinary log-probabilities (-3 here), which must enter neither the sum nor
+    the count."""
+    lp = torch.tensor([[-1.0, -3.0, -3.0], [-2.0, -2.0, -2.0]])
     lengths = torch.tensor([1, 3])
     got = _student_ppl(sequence_perplexity, lp, lengths)
     want = math.exp(7 / 4)
@@ -185,9 +194,14 @@ def check_perplexity_pools_tokens(sequence_perplexity) -> None:
     elif math.isclose(got, math.exp(1.5), rel_tol=1e-4):
         hint = ("this is the exp of the mean of the lines' mean NLLs, where a 1-token line weighs as much as a "
                 "3-token one; pool the tokens instead")
-    elif math.isclose(got, math.exp(6 / 4), rel_tol=1e-4) or math.isclose(got, math.exp(7 / 6), rel_tol=1e-4):
+    elif math.isclose(got, math.exp(13 / 6), rel_tol=1e-4):
         hint = "the padding entries (beyond lengths[n]) were counted as tokens"
-    expect_close(got, want, "the perplexity of lines with NLLs [1] and [2, 2, 2]",
+    elif math.isclose(got, math.exp(13 / 4), rel_tol=1e-4):
+        hint = ("the padding entries (beyond lengths[n], -3 each here) entered the sum: padding may hold any "
+                "number, not only NaN or 0, so select the scored entries instead of skipping NaN")
+    elif math.isclose(got, math.exp(7 / 6), rel_tol=1e-4):
+        hint = "the denominator counts the padding entries (beyond lengths[n]) as tokens"
+    expect_close(got, want, "the perplexity of lines with NLLs [1] and [2, 2, 2] (padding -3)",
                  "exp((1 + 2 + 2 + 2) / 4), the NLL summed over every token of every line divided by the "
                  "number of tokens (" + PPL_WHERE + ")", rtol=1e-5, hint=hint)
 
@@ -197,27 +211,32 @@ def check_perplexity_counts_eos(sequence_perplexity) -> None:
     continuation is the rest of the line plus eos; Chapter 6): the last entry of each line
     counts."""
     lengths = torch.tensor([4, 2])
-    lp = torch.tensor([[-1.0, -1.0, -1.0, -5.0], [-1.0, -5.0, 0.0, 0.0]])  # the eos costs 5 nats
+    lp = torch.tensor([[-1.0, -1.0, -1.0, -5.0], [-1.0, -5.0, -4.0, -4.0]])  # eos costs 5 nats; padding -4
     got = _student_ppl(sequence_perplexity, lp, lengths)
     want = math.exp((3 + 5 + 1 + 5) / 6)
     without = math.exp(4 / 4)
     hint = ("this is the perplexity without the eos terms; the prediction of eos at step |y| is scored, "
             "and models that stop badly must pay for it" if math.isclose(got, without, rel_tol=1e-4) else "")
-    expect_close(got, want, "the perplexity of two lines whose eos costs 5 nats",
+    if math.isclose(got, math.exp((14 + 8) / 6), rel_tol=1e-4):
+        hint = ("the padding entries (beyond lengths[n], -4 each here) entered the sum: select the scored "
+                "entries instead of skipping NaN")
+    expect_close(got, want, "the perplexity of two lines whose eos costs 5 nats (padding -4)",
                  "exp(14 / 6) with the eos term of every line (" + PPL_WHERE + ")", rtol=1e-5, hint=hint)
 
 
 def hidden_perplexity_matches_library(sequence_perplexity) -> None:
-    """q1, hidden: random lines (float32 and float64, NaN padding) against
-    :func:`nmst_lib.metrics.perplexity`."""
-    for seed, (n, width, dtype) in enumerate([(5, 9, torch.float32), (1, 1, torch.float32), (40, 30, torch.float64),
-                                              (3, 200, torch.float32)]):
-        lp, lengths = _ppl_inputs(checks.generator(100 + seed), n, width, dtype)
+    """q1, hidden: random lines (float32 and float64; NaN padding, and padding that holds ordinary
+    log-probabilities) against :func:`nmst_lib.metrics.perplexity`."""
+    cases = [(5, 9, torch.float32, float("nan")), (1, 1, torch.float32, float("nan")),
+             (40, 30, torch.float64, -3.0), (3, 200, torch.float32, -0.5)]
+    for seed, (n, width, dtype, pad) in enumerate(cases):
+        lp, lengths = _ppl_inputs(checks.generator(100 + seed), n, width, dtype, pad=pad)
         got = _student_ppl(sequence_perplexity, lp, lengths)
         want = _library_perplexity(lp, lengths)
         expect(got >= 1.0 - 1e-9, f"the perplexity is {fmt(got)} < 1: log-probabilities are <= 0, so the mean NLL is "
                ">= 0 and exp of it >= 1")
-        expect_close(got, want, f"the perplexity of {n} random lines ({str(dtype)[6:]}, NaN padding)", PPL_WHERE,
+        padding = "NaN padding" if math.isnan(pad) else f"padding {pad:g}, to be left out"
+        expect_close(got, want, f"the perplexity of {n} random lines ({str(dtype)[6:]}, {padding})", PPL_WHERE,
                      rtol=1e-5)
 
 
@@ -530,6 +549,9 @@ def check_experiment_numbers_recomputed(models, results, valid, exp_contexts, L_
     """q4, public: each reported validation perplexity and greedy r_nt(L_EXP) equals what the
     library computes from the student's own trained model (nmst_lib.experiments.evaluation.
     evaluate_perplexity; greedy nmst_lib.decoding.decode and nmst_lib.metrics.non_termination_ratio)."""
+    expect_given({"L_EXP": L_EXP, "exp_contexts": exp_contexts},
+                 {"L_EXP": EXPERIMENT["L_EXP"], "exp_contexts": valid.contexts(range(min(EXPERIMENT["N_CONTEXTS"],
+                                                                                         len(valid))))})
     for key in ("va", "nmst"):
         model, ppl, rnt = _model_and_result(models, results, key)
         want_ppl, want_rnt = _recomputed(model, valid, exp_contexts, L_EXP)
@@ -547,6 +569,7 @@ def check_experiment_guarantee_and_training(models, results, EPS_EXP, L_EXP) -> 
     model's |V|."""
     from ..theory import first_step_eos_above_half
 
+    expect_given({"EPS_EXP": EPS_EXP, "L_EXP": L_EXP}, {"EPS_EXP": EXPERIMENT["EPS_EXP"], "L_EXP": EXPERIMENT["L_EXP"]})
     t_half = first_step_eos_above_half(EPS_EXP)
     for key in ("va", "nmst"):
         model, ppl, rnt = _model_and_result(models, results, key)
@@ -568,6 +591,7 @@ def hidden_experiment_models(models, EPS_EXP) -> None:
     from ..heads import NMSTHead, VanillaHead
     from ..models import LSTMLM
 
+    expect_given({"EPS_EXP": EPS_EXP}, {"EPS_EXP": EXPERIMENT["EPS_EXP"]})
     for key, head_type in (("va", VanillaHead), ("nmst", NMSTHead)):
         model = _entry(models, key, "models")
         expect(isinstance(model, LSTMLM), f"models[{key!r}] should be an nmst_lib.models.LSTMLM, got "

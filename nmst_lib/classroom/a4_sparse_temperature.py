@@ -251,8 +251,11 @@ def check_eps_perplexity_without_smoothing(epsilon_perplexity) -> None:
     p = torch.rand(200, generator=g, dtype=torch.float64) * 0.9 + 0.05
     want = math.exp(-float(torch.log(p).mean()))
     got = _student_eps_ppl(epsilon_perplexity, p, 1000, 0.0)
-    _close(got, want, "the eps-perplexity with kappa = 0", f"the plain perplexity exp(-mean log p_t) ({_EQ82})",
-                   rtol=1e-9)
+    rounding = math.isfinite(got) and abs(got - want) <= 1e-5 * want
+    C.expect_close(got, want, "the eps-perplexity with kappa = 0", f"the plain perplexity exp(-mean log p_t) ({_EQ82})",
+                   rtol=1e-9, atol=1e-12,
+                   hint="the two differ only after the 5th digit, as float32 rounding does: accumulate the mean and "
+                   "take its exp in float64, as the problem asks" if rounding else "")
 
 
 def check_eps_perplexity_uniform_and_zeros(epsilon_perplexity) -> None:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from . import ASSIGNMENTS
+from . import ASSIGNMENTS, TESTS_MARKER
 from .grading import grade_submission  # noqa: F401 -- grading lives in .grading; kept importable from here
 
 __all__ = ["repository_root", "master_notebook", "assignment_questions", "build_assignments", "grade_submission",
@@ -118,12 +118,13 @@ def _otter(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return proc
 
 
-def _zip_folder(folder: Path, target: Path) -> None:
+def _zip_folder(folder: Path, target: Path, root: str) -> None:
+    """Zip ``folder``'s files under the folder name ``root`` (what unzipping creates)."""
     tmp = target.with_suffix(".zip.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
-                z.write(path, path.relative_to(folder.parent))
+                z.write(path, Path(root) / path.relative_to(folder))
     os.replace(tmp, target)
 
 
@@ -217,6 +218,7 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
     out.mkdir(parents=True, exist_ok=True)
     import otter
 
+    code_version = _git_commit(root)
     index_path = out / "index.json"
     index = json.loads(index_path.read_text(encoding="utf-8")) if index_path.is_file() else {"assignments": {}}
     for assignment in ids:
@@ -229,6 +231,8 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
             stage = tmp / assignment
             (stage / "student").mkdir(parents=True)
             shutil.copytree(dist / "student", stage / "student", dirs_exist_ok=True)
+            # the marker that tells public_tests_dir whose tests these are (two assignments in one folder)
+            (stage / "student" / "tests" / TESTS_MARKER).write_text(assignment + "\n", encoding="utf-8")
             zips = sorted((dist / "autograder").glob(f"{assignment}-autograder_*.zip"))
             if len(zips) != 1:
                 raise RuntimeError(f"otter assign wrote {len(zips)} autograder zips for {assignment}, expected one")
@@ -237,7 +241,7 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
             instructor.mkdir()
             shutil.copy2(dist / "autograder" / f"{assignment}.ipynb", instructor / f"{assignment}.ipynb")
             shutil.copytree(dist / "autograder" / "tests", instructor / "tests")
-            _zip_folder(stage / "student", stage / f"{assignment}-student.zip")
+            _zip_folder(stage / "student", stage / f"{assignment}-student.zip", root=assignment)
             final = out / assignment
             old = tmp / "old"
             if final.exists():
@@ -247,7 +251,7 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
             shipped = Path(__file__).resolve().parent / "public_tests" / assignment
             if shipped.exists():
                 shutil.rmtree(shipped)
-            shutil.copytree(out / assignment / "student" / "tests", shipped)
+            shutil.copytree(out / assignment / "student" / "tests", shipped, ignore=shutil.ignore_patterns(TESTS_MARKER))
         questions = assignment_questions(master)
         index["assignments"][assignment] = {
             "master": str(master.relative_to(root)),
@@ -257,10 +261,12 @@ def build_assignments(out_dir: str | Path | None = None, only=None, sync_package
             "student": f"{assignment}/{assignment}-student.zip",
             "autograder": f"{assignment}/{assignment}-autograder.zip",
             "instructor": f"{assignment}/instructor/{assignment}.ipynb",
+            # per assignment: a rebuild of some (--only) leaves the others' editions at their own spec
+            "install_spec": spec, "install_pin": ref, "install_note": pin_note, "code_version": code_version,
         }
     from .. import __version__
 
-    index["provenance"] = {"code_version": _git_commit(root), "nmst_lib": __version__,
+    index["provenance"] = {"code_version": code_version, "nmst_lib": __version__,
                            "otter_grader": getattr(otter, "__version__", "unknown"),
                            "install_spec": spec, "install_pin": ref, "install_note": pin_note,
                            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}

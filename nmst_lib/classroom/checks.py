@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 
 __all__ = ["NotImplementedYet", "call_student", "fmt", "expect", "expect_close", "expect_tensor_close",
-           "generator"]
+           "expect_given", "generator"]
 
 
 class NotImplementedYet(AssertionError):
@@ -121,3 +121,47 @@ def expect_tensor_close(got, want: torch.Tensor, what: str, where: str, rtol: fl
 def generator(seed: int) -> torch.Generator:
     """A CPU generator: checks draw their random inputs from fixed seeds, so a failure repeats."""
     return torch.Generator().manual_seed(int(seed))
+
+
+def _same(got, want) -> bool:
+    if isinstance(want, torch.Tensor):
+        return isinstance(got, torch.Tensor) and got.shape == want.shape and bool(torch.equal(got.cpu(), want))
+    if isinstance(want, (list, tuple)):
+        return isinstance(got, (list, tuple)) and len(got) == len(want) and all(map(_same, got, want))
+    if isinstance(want, torch.nn.Module):
+        if not isinstance(got, torch.nn.Module) or type(got) is not type(want):
+            return False
+        a, b = got.state_dict(), want.state_dict()
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in b) and repr(got) == repr(want)
+    if isinstance(want, dict):
+        return isinstance(got, dict) and got.keys() == want.keys() and all(_same(got[k], want[k]) for k in want)
+    if isinstance(want, (int, float)) and not isinstance(want, bool):
+        return isinstance(got, (int, float)) and not isinstance(got, bool) and got == want
+    if hasattr(want, "__dict__") and not isinstance(want, type):  # a model that is not a Module: its fields
+        return type(got) is type(want) and _same(vars(got), vars(want))
+    return got == want
+
+
+def _shown(value, fixed: bool = False) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}" + ("" if value.numel() > 8 else f" {fmt(value)}")
+    if isinstance(value, (list, tuple)) and len(value) > 8:
+        return f"a {type(value).__name__} of {len(value)} values from {value[0]!r} to {value[-1]!r}"
+    if isinstance(value, torch.nn.Module) or (hasattr(value, "__dict__") and not isinstance(value, type)):
+        return "the given cell's model" if fixed else f"a model ({type(value).__name__}) with other weights or settings"
+    return repr(value)
+
+
+def expect_given(given: dict[str, Any], fixed: dict[str, Any]) -> None:
+    """Each name of the problem's given cell still holds the value the problem fixes.
+
+    The experiment checks read the notebook's constants (its grid of eps, its horizon, its contexts,
+    its model); were an edited constant taken at its word, a smaller grid or a shorter horizon would
+    be graded as the experiment the problem sets. ``given`` maps a name to the notebook's value,
+    ``fixed`` the same names to the problem's (numbers, sequences, tensors, or modules, compared by
+    class, settings and weights)."""
+    for name, want in fixed.items():
+        got = given[name]
+        expect(_same(got, want), f"`{name}` is {_shown(got)}, but the problem fixes {_shown(want, True)}: keep the given "
+               "cell as it is (restore it from a fresh copy of the notebook); the checks grade the experiment the "
+               "problem sets")

@@ -30,10 +30,10 @@ from .sandbox import Limits, SandboxUnavailable, run_limited, sandbox_problem
 __all__ = ["SubmissionError", "GradingTimeout", "GradingFailed", "Outcome", "check_submission", "grade_submission",
            "grade_one", "grade_batch", "expected_questions", "DEFAULT_LIMITS", "STATUSES"]
 
-#: The default limits, from the solution notebooks graded twice in each mode on 2 CPU cores shared
-#: with other jobs (load average 6-9): the slowest, a2, took 160-208 s without and 189-222 s with
-#: the sandbox, so 900 s is four times the slowest; the largest data segment of a grading kernel
-#: was 1.7 GiB (a3), so 6 GiB.
+#: The default limits: 900 s, several times the slowest measured grading of a solution notebook on
+#: 2 CPU cores shared with other jobs, and 6 GiB of data segment per process, several times the
+#: largest measured; the measurements are in ``assignments/grading_times.json`` (written by
+#: ``scripts/measure_grading.py``; the instructors' page states them with the ratio to 900 s).
 DEFAULT_LIMITS = Limits(timeout_s=900.0, memory_bytes=6 * 2**30, file_bytes=2**30)
 #: A submission's status in the CSV.
 STATUSES = ("graded", "failed", "timed out")

@@ -73,19 +73,19 @@ def test_every_assignment_is_built_with_all_three_editions(built, index, assignm
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_every_edition_installs_the_library_at_the_commit_that_built_the_kit(built, index, assignment):
     """Students (Colab setup cell) and the autograder (Gradescope's environment) install one
-    spec, recorded in index.json; a build from a clean checkout pins it to that checkout's commit,
-    so the library cannot drift under a kit in the middle of a term."""
+    spec, recorded in index.json beside the assignment; a build from a clean checkout pins it to
+    that checkout's commit, so the library cannot drift under a kit in the middle of a term."""
     from nmst_lib.classroom.build import UNPINNED_INSTALL_SPEC
 
-    provenance = index["provenance"]
-    spec, commit = provenance["install_spec"], provenance["code_version"]
+    entry = index["assignments"][assignment]  # each assignment's own spec: a partial rebuild leaves the rest
+    spec, commit = entry["install_spec"], entry["code_version"]
     if commit and not commit.endswith("+dirty"):
-        assert provenance["install_pin"] == commit and spec == f"{UNPINNED_INSTALL_SPEC}@{commit}", provenance
+        assert entry["install_pin"] == commit and spec == f"{UNPINNED_INSTALL_SPEC}@{commit}", entry
     folder = built / assignment
     with zipfile.ZipFile(folder / f"{assignment}-autograder.zip") as z:
         environment = z.read("environment.yml").decode()
     with zipfile.ZipFile(folder / f"{assignment}-student.zip") as z:
-        student_zip = z.read(f"student/{assignment}.ipynb").decode()
+        student_zip = z.read(f"{assignment}/{assignment}.ipynb").decode()
     for name, text in [("student notebook", (folder / "student" / f"{assignment}.ipynb").read_text()),
                        ("student zip", student_zip),
                        ("instructor notebook", (folder / "instructor" / f"{assignment}.ipynb").read_text()),
@@ -108,7 +108,11 @@ def test_the_student_edition_holds_no_solution_rubric_or_hidden_test(built, assi
     for test_file in (built / assignment / "student" / "tests").glob("*.py"):
         assert "hidden=True" not in test_file.read_text(encoding="utf-8"), f"hidden test case in {test_file.name}"
     names = set(zipfile.ZipFile(built / assignment / f"{assignment}-student.zip").namelist())
-    assert f"student/{assignment}.ipynb" in names and any(n.startswith("student/tests/") for n in names)
+    # the zip unpacks into a folder named after the assignment, whose tests/ names it (two assignments
+    # unzipped side by side keep their own tests)
+    assert f"{assignment}/{assignment}.ipynb" in names and any(n.startswith(f"{assignment}/tests/q") for n in names)
+    marker = zipfile.ZipFile(built / assignment / f"{assignment}-student.zip").read(f"{assignment}/tests/assignment.txt")
+    assert marker.decode().strip() == assignment
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
