@@ -58,8 +58,9 @@ mean temperature by position, eos's temperature near line ends and r_nt(L) on Ch
 Single runs take the fields through --set, e.g. --set temperature='"sigmoid"' --set loss_scaling=true.
 
 Suites: `suite FAMILY` runs every model of an experiment family (wikitext2, gpt2, sparse,
-temperature) whose stored result is not current; --only, --dry-run, --force, --jobs, --threads and
---nproc mean the same for every family. run-suite, gpt2, sparse and temperature are its aliases.
+temperature) whose stored result is not current; --only, --dry-run, --force, --jobs and --threads
+mean the same for every family, and --nproc for every family but temperature (which refuses it).
+run-suite, gpt2, sparse and temperature are its aliases.
 
 Profiles: quick = seconds, for tests and CI (numbers mean nothing); cpu = what the website shows
 (each model trained until early stopping, from about 20 minutes to a few hours on one CPU thread;

@@ -18,14 +18,17 @@
 # entmax): carry them as wheels, or read those failures as missing imports, not GPU faults.
 #
 # SECONDS (default 480) is the whole budget: each stage runs under `timeout` with what is left, so
-# that a slow stage cannot take the report of the others with it. PYTHON (default python3) is the interpreter that has torch;
+# that a slow stage cannot take the report of the others with it. PYTHON is the interpreter that has torch
+# (default: .venv/bin/python when scripts/setup.sh made one, else python3);
 # the library is imported from this checkout (PYTHONPATH), nothing is installed. ONLY (a grep -E
 # pattern) runs only the stages whose names match it, e.g. ONLY='cuda tests|bench heads'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: scripts/gpu_checks.sh OUT [SECONDS]}
 budget=${2:-480}
-py=${PYTHON:-python3}
+default_py=python3
+[ -x .venv/bin/python ] && default_py=.venv/bin/python
+py=${PYTHON:-$default_py}
 mkdir -p "$out"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 started=$(date +%s)
