@@ -195,8 +195,8 @@ def grading_substitutions(record: dict | None, timeout_s: float = 900.0) -> dict
     load = stamp["load_average_before"][0], stamp["load_average_after"][0]
     sentence = (
         f"We graded each assignment's solutions {_ROUNDS_IN_WORDS.get(stamp['rounds'], str(stamp['rounds']) + ' times')} in each mode on "
-        f"{stamp['cpu_count']} CPU cores shared with other jobs (load average "
-        f"{min(load):.1f}-{max(load):.1f}; {stamp['started'][:10]}, commit "
+        f"{stamp['cpu_count']} CPU cores (load average {min(load):.1f}-{max(load):.1f} at its start "
+        f"and end; {stamp['started'][:10]}, commit "
         f"`{stamp['git_sha'][:7]}`, `scripts/measure_grading.py`): "
         + "; ".join(parts)
         + f". No grading's largest process used more than {peak:.1f} GiB."
