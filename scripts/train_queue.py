@@ -210,9 +210,10 @@ def next_job(work: Path, until: float | None = None):
     lane never starts what the session cannot finish. None when no model qualifies."""
     measured = MeasuredByFamily()
     open_jobs = [(f, c) for f, c in queue() if where_done(f, c, work) is None]
-    resumable = [(f, c) for f, c in open_jobs if has_checkpoint(work, c.key)]
-    for family, config in resumable + [job for job in open_jobs if job not in resumable]:
-        if until is not None and not has_checkpoint(work, config.key):
+    resumable = {c.key for _, c in open_jobs if has_checkpoint(work, c.key)}
+    # a stable sort: the resumable ones first, each group in the queue's order
+    for family, config in sorted(open_jobs, key=lambda job: job[1].key not in resumable):
+        if until is not None and config.key not in resumable:
             if estimate_minutes(family, config, measured=measured[family]) > (until - time.time()) / 60:
                 continue
         if claim(work, config.key):
@@ -388,16 +389,14 @@ def land(work: Path, keys: list[str], store: Path | None = None) -> list[Path]:
     unknown = [k for k in keys if k not in {c.key for _, c in jobs}]
     if unknown:
         raise SystemExit(f"not in the plan: {', '.join(unknown)} (see `train_queue.py plan`)")
-    waiting = {(f, c.key) for f, c in jobs if where_done(f, c, work) == "WORK/out"}
+    waiting = [(f, c) for f, c in jobs if where_done(f, c, work) == "WORK/out"]
     for key in keys:
-        if not any(k == key for _, k in waiting):
+        if not any(c.key == key for _, c in waiting):
             where = [f"{f}: {where_done(f, c, work) or 'not done'}" for f, c in jobs if c.key == key]
             raise SystemExit(f"{key}: no finished result waits in {work / 'out'} ({'; '.join(where)})")
     written = []
-    for family, config in jobs:
+    for family, config in waiting:
         key = config.key
-        if (family, key) not in waiting:
-            continue
         source = work / "out" / family / f"{key}.json"
         data = json.loads(source.read_text(encoding="utf-8"))
         if data["provenance"].get("git_dirty") is not False:

@@ -372,9 +372,10 @@ def test_the_checks_setting_is_the_master_notebooks_given_cell():
     """``EXPERIMENT``, ``experiment_rnn`` and ``experiment_contexts`` are what Problem 5's given
     cell in the master notebook sets up (the checks grade that experiment)."""
     import json
-    from pathlib import Path
 
-    master = Path(__file__).resolve().parents[1] / "assignments" / "a1_decoding" / "a1_decoding.ipynb"
+    from nmst_lib.classroom.build import master_notebook
+
+    master = master_notebook("a1_decoding")
     cells = ["".join(c["source"]) for c in json.loads(master.read_text(encoding="utf-8"))["cells"]]
     given = next(c for c in cells if "MAX_LEN, SEED =" in c).split("generations = run_decoders")[0]
     namespace = {"torch": torch, "math": math, "inconsistent_rnn": inconsistent_rnn}

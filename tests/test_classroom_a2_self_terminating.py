@@ -408,9 +408,10 @@ def test_the_checks_setting_is_the_master_notebooks_given_cell():
     """``EXPERIMENT``, ``experiment_model`` and ``experiment_contexts`` are what Problem 5's given
     cell in the master notebook sets up (the checks grade that experiment)."""
     import json
-    from pathlib import Path
 
-    master = Path(__file__).resolve().parents[1] / "assignments" / "a2_self_terminating" / "a2_self_terminating.ipynb"
+    from nmst_lib.classroom.build import master_notebook
+
+    master = master_notebook("a2_self_terminating")
     cells = ["".join(c["source"]) for c in json.loads(master.read_text(encoding="utf-8"))["cells"]]
     given = next(c for c in cells if "def build_model(" in c and "EPS_VALUES =" in c)
     namespace = {"torch": torch}

@@ -193,9 +193,10 @@ def test_the_checks_setting_is_the_master_notebooks_given_cell():
     and L, and the number of validation contexts in ``exp_contexts``."""
     import ast
     import json
-    from pathlib import Path
 
-    master = Path(__file__).resolve().parents[1] / "assignments" / "a3_experiments" / "a3_experiments.ipynb"
+    from nmst_lib.classroom.build import master_notebook
+
+    master = master_notebook("a3_experiments")
     cells = ["".join(c["source"]) for c in json.loads(master.read_text(encoding="utf-8"))["cells"]]
     given = next(c for c in cells if "EPS_EXP, L_EXP" in c and "exp_contexts =" in c)
     values = {}
