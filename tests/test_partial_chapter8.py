@@ -114,3 +114,43 @@ def test_chapter_8_renders_from_a_stored_part_of_its_suite_and_averages_seeds(pa
     assert values["ch8_seeds"].count("3 seeds") == 3, values["ch8_seeds"]
     # (the bullet gives the verdict brief: the band's source is in the list of readings beyond the paper)
     assert "2 s.e. over 3 + 3 seeds" in values["ch8_beyond_list"], values["ch8_beyond_list"]
+
+
+@pytest.fixture
+def store_without_softmax(tmp_path, monkeypatch):
+    """A published store holding the entmax models of the committed ``cpu`` results and no softmax
+    model (the model whose scores the explorer reads): too little for the page."""
+    stored = [s for s in load_sparse_results("cpu", results_dir=published_results_dir())
+              if s.status == CURRENT and s.data["model"]["head"] != "va"]
+    if not stored:
+        pytest.skip("no committed cpu entmax result to keep")
+    published = tmp_path / "published"
+    (published / "sparse").mkdir(parents=True)
+    for s in stored:
+        shutil.copy(s.path, published / "sparse")
+    isolate(monkeypatch, tmp_path)
+    monkeypatch.setenv("NMST_QUICK_DIR", str(tmp_path / "quick"))
+    return published
+
+
+def test_chapter_8_without_its_softmax_model_falls_back_to_a_quick_run_and_says_why(store_without_softmax):
+    """Chapter 8 chooses its results like Chapters 6, 7 and 9 (``page_results``): with the softmax
+    model missing, it trains the ``quick`` suite here (the same path as ``PROFILE = "quick"`` or
+    ``RETRAIN``), every cell runs on those numbers, the page says whose numbers they are and why,
+    and the explorer says which profile its scores come from. About 30-70 s."""
+    before = sorted(p.name for p in (store_without_softmax / "sparse").iterdir())
+    nb = nbformat.read(CHAPTER, as_version=4)
+    wanted = glue_names(nb)
+    execute_on(nb, CHAPTER, store_without_softmax)
+    notices = [t for t in markdown_outputs(nb) if "This page is showing" in t]
+    assert len(notices) == 1, notices
+    assert "of a `quick` run made just now, because the `cpu` results the page needs are missing" in notices[0]
+    assert "its numbers mean nothing" in notices[0]
+    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stdout")
+    assert "next-token scores of the softmax LSTM (quick profile" in printed
+    values = glued_once(nb, wanted)
+    # the page's numbers are the quick run's: its seeds sentence counts the quick suite's one seed
+    assert values["ch8_seeds"] == "and have one seed each", values["ch8_seeds"]
+    # the run made here went to the scratch folder, not into the published store
+    assert sorted(p.name for p in (store_without_softmax / "sparse").iterdir()) == before
+    assert any((store_without_softmax.parent / "quick").rglob("*.json"))

@@ -465,7 +465,8 @@ def run_family_suite(
 def scratch_folder(chapter: str) -> str:
     """Where a chapter's ``quick`` runs go: ``$NMST_QUICK_DIR`` when set (the tests point it at
     one folder so that chapters share their runs), else a new temporary folder named after the
-    chapter (``nmst-ch6-quick-...``). Chapters 6, 7 and 9, "Train it here"."""
+    chapter (``nmst-ch6-quick-...``). Chapters 6-9, "Train it here"
+    (:func:`~nmst_lib.experiments.page_selection.page_results`)."""
     if not isinstance(chapter, str) or not chapter.strip():
         raise ValueError(
             f"chapter must name the chapter, e.g. 'ch6', got {chapter!r}"
@@ -487,7 +488,7 @@ def train_here(
     ``folder`` (results, and checkpoints in ``folder/checkpoints``), resuming where a run was
     interrupted and skipping the results already CURRENT there; returns the
     :class:`~nmst_lib.experiments.results.StoredResult` of every config of the suite, in order.
-    The "train it here" switch of Chapters 6 (``wikitext2``), 7 (``gpt2``) and 9
+    The "train it here" switch of Chapters 6 (``wikitext2``), 7 (``gpt2``), 8 (``sparse``) and 9
     (``temperature``), through :func:`nmst_lib.experiments.family.run_family_suite` (``only``:
     some of the suite's keys, as there); progress bars unless ``profile`` is ``quick``."""
     fam = get_family(family)

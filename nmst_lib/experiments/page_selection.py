@@ -1,10 +1,9 @@
-"""Which results a chapter page shows (Chapters 6, 7 and 9): the committed results of the
+"""Which results a chapter page shows (Chapters 6-9): the committed results of the
 profile the reader chose; the subset of them that is CURRENT when some are missing and the rest
 still make the page (the suite is trained in the background and committed run by run, so a page
 often has only part of a profile); or, when too little is stored or the reader asked to retrain,
 a run made here. One rule for every chapter, so that the notice a reader sees reads the same on
-every page, and a chapter never re-implements the choice. (Chapter 8 reads its suite itself, since
-its softmax model is Chapter 6's VA evaluated again, but shows the same :func:`partial_notice`.)
+every page, and a chapter never re-implements the choice.
 
 The pieces a page needs are in :class:`PageResults`: the results it shows, the ones it leaves
 out (named), the profile it ended up showing, and the notices that say so
@@ -26,8 +25,8 @@ __all__ = ["PageResults", "page_results", "partial_notice", "fallback_notice", "
 
 @dataclass(frozen=True)
 class PageResults:
-    """The results one chapter page shows, as :func:`page_results` chose them. Used by Chapters 6, 7
-    and 9 (:func:`page_results`).
+    """The results one chapter page shows, as :func:`page_results` chose them. Used by Chapters 6-9
+    (:func:`page_results`).
 
     ``profile``: the profile shown (``quick`` after a fall-back); ``asked``: the profile the
     reader chose; ``results``: the CURRENT results shown, in suite order; ``configs``: their
@@ -73,7 +72,7 @@ class PageResults:
 def fallback_notice(reason: str, profile: str) -> str:
     """The warning a page shows when its numbers are not the committed ``cpu`` results its
     prose was written for; ``reason`` says whose they are (e.g. "of a `quick` run made just now,
-    because ..."). Used by Chapters 6, 7 and 9 (:func:`page_results`)."""
+    because ..."). Used by Chapters 6-9 (:func:`page_results`)."""
     return (
         f"**This page is showing results {reason}**, not the committed `cpu` results the prose "
         "was written for: the tables and figures are computed from them, the text may not "
@@ -106,7 +105,7 @@ def model_names(configs) -> dict[str, str]:
     key without the seed -> its label in the book's notation (:func:`~nmst_lib.report.book_notation`
     of the config's ``label``, e.g. ``cpu-gpt2-st-eps2.5e-3-nounk`` -> ``ST+GPT2 (ε=2.5e-3)``),
     so that a page's notice never shows a file name. Every config needs a ``key`` ending in
-    ``-seed{N}`` and a ``label``. Used by Chapters 6-9 (``08_sparse`` calls it directly)."""
+    ``-seed{N}`` and a ``label``. Used by Chapters 6-9 (through :func:`page_results`)."""
     out = {}
     for c in configs:
         key, label = getattr(c, "key", None), getattr(c, "label", None)
@@ -133,7 +132,7 @@ def partial_notice(shown: Sequence[StoredResult], left_out: Sequence[StoredResul
     seeds of the models shown are not stored yet, grouped by the seeds they lack, whose tables
     are the means of the stored seeds. ``names`` (:func:`model_names`) names each model as the
     book does; a model it lacks is named by its key without the seed. Used by Chapters 6-9
-    (``08_sparse`` calls it directly)."""
+    (through :meth:`PageResults.notices`)."""
     if names is not None and not isinstance(names, Mapping):
         raise TypeError(f"names must map a model's key to its name (model_names), got {type(names).__name__}")
     names = names or {}
@@ -204,7 +203,8 @@ def page_results(
        made here, with a notice that says why.
 
     ``needs=None`` asks for the whole suite. Chapter 7 passes "a VA model and an ST or NMST
-    model are stored", Chapter 9 "the sigmoid contextual-temperature VA model is stored"."""
+    model are stored", Chapter 8 "the softmax model is stored" (its explorer reads that model's
+    scores), Chapter 9 "the sigmoid contextual-temperature VA model is stored"."""
     fam = _check_args(family, profile, needs)
     chapter = f"ch{int(fam.chapter[:2])}"
     if retrain or profile == "quick":

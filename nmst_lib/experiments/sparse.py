@@ -727,7 +727,8 @@ def run_sparse_suite(profile: str, *, results_dir=None, checkpoint_dir=None, for
 
 def load_sparse_results(profile: str = "cpu", results_dir=None) -> list[StoredResult]:
     """The stored results of every model of ``profile`` (CURRENT, STALE or MISSING; nothing is
-    run), in suite order. Chapter 8 (08_sparse) reads its tables through this."""
+    run), in suite order: the ``sparse`` family's ``load_all``, which Chapter 8 (08_sparse) reads
+    through :func:`~nmst_lib.experiments.page_selection.page_results`; for scripts and tests."""
     return SPARSE.load_all(profile, results_dir)
 
 
