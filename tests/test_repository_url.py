@@ -74,7 +74,16 @@ ASSIGNMENT_FILES = sorted((REPO / "assignments").glob("*/*.ipynb")) + [REPO / "a
 @pytest.mark.parametrize("path", ASSIGNMENT_FILES, ids=lambda p: p.relative_to(REPO).as_posix())
 def test_the_classroom_kit_installs_from_the_configured_url(path):
     """The assignments' setup cells (Colab), the autograder's requirements (Gradescope) and the
-    instructor guide install nmst-lib[classroom] from the one configured URL."""
+    instructor guide install nmst-lib[classroom] from the one configured URL, as GitHub's zip
+    archive of a ref (no git needed where it is installed)."""
     text = path.read_text(encoding="utf-8")
-    assert f"nmst-lib[classroom] @ git+{URL}" in text, f"{path.name} does not install nmst-lib[classroom] from {URL}"
+    assert f"nmst-lib[classroom] @ {URL}/archive/" in text, f"{path.name} does not install nmst-lib[classroom] from {URL}"
+    assert f"git+{URL}" not in text, f"{path.name} installs from git: the kit installs the zip archive"
     assert set(_ours(text)) == {URL}
+
+
+def test_the_classroom_builds_spec_names_the_configured_repository_and_branch():
+    from nmst_lib.classroom.build import REPOSITORY_URL, UNPINNED_INSTALL_SPEC
+
+    assert REPOSITORY_URL == URL
+    assert UNPINNED_INSTALL_SPEC == f"nmst-lib[classroom] @ {URL}/archive/refs/heads/{CONFIG['repository']['branch']}.zip"

@@ -41,9 +41,14 @@ from .grading import grade_submission  # noqa: F401 -- grading lives in .grading
 __all__ = ["repository_root", "master_notebook", "assignment_questions", "build_assignments", "grade_submission",
            "UNPINNED_INSTALL_SPEC", "pinned_install_spec"]
 
-#: What the masters install (the repository of ``_config.yml``, no version); the build pins it.
-UNPINNED_INSTALL_SPEC = "nmst-lib[classroom] @ git+https://github.com/nmst-book/when-do-language-models-stop"
-_GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+#: The book's repository, ``_config.yml``'s ``repository.url`` (tests/test_repository_url.py checks it).
+REPOSITORY_URL = "https://github.com/nmst-book/when-do-language-models-stop"
+
+#: What the masters install: the repository's default branch (``_config.yml``'s
+#: ``repository.branch``) as GitHub's zip archive of it, which pip builds without git (otter
+#: grade's Docker image, Ubuntu with otter's ``setup.sh``, installs none); the build pins it.
+UNPINNED_INSTALL_SPEC = f"nmst-lib[classroom] @ {REPOSITORY_URL}/archive/refs/heads/main.zip"
+_GIT_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 _BEGIN_QUESTION = re.compile(r"^\s*#\s*BEGIN\s+QUESTION\s*$", re.IGNORECASE)
 _TEST_CONFIG = re.compile(r'"""\s*#\s*BEGIN\s+TEST\s+CONFIG(.*?)"""\s*#\s*END\s+TEST\s+CONFIG', re.DOTALL)
@@ -139,19 +144,21 @@ def _git_commit(root: Path) -> str | None:
 
 
 def pinned_install_spec(ref: str | None) -> str:
-    """The install spec of the editions: :data:`UNPINNED_INSTALL_SPEC` at git ``ref``.
+    """The install spec of the editions: GitHub's zip archive of the book's repository at git
+    ``ref`` (``.../archive/<ref>.zip``; pip installs it without git), or
+    :data:`UNPINNED_INSTALL_SPEC` for ``None``.
 
-    ``ref`` is a commit, tag or branch of the book's repository (``None``: unpinned). A ref that
-    pip could not read as one (spaces, ``@``, ``#``, ``..``, a leading ``-`` or ``.``) is refused.
+    ``ref`` is a commit, tag or branch of the book's repository. A ref that could not name one in
+    the archive's URL (spaces, ``/``, ``@``, ``#``, ``..``, a leading ``-`` or ``.``) is refused.
     """
     if ref is None:
         return UNPINNED_INSTALL_SPEC
     if not isinstance(ref, str):
         raise TypeError(f"pin must be a git ref (str) or None, not {type(ref).__name__}")
     if not _GIT_REF.fullmatch(ref) or ".." in ref or ref.endswith((".", "/", ".lock")):
-        raise ValueError(f"pin {ref!r} is not a git commit, tag or branch name: use letters, digits and . _ / - "
-                         "(not starting with . or -, without ..), e.g. a commit hash or a tag like v5.5")
-    return f"{UNPINNED_INSTALL_SPEC}@{ref}"
+        raise ValueError(f"pin {ref!r} is not a git commit, tag or branch name: use letters, digits and . _ - "
+                         "(not starting with . or -, without .. or /), e.g. a commit hash or a tag like v5.5")
+    return f"nmst-lib[classroom] @ {REPOSITORY_URL}/archive/{ref}.zip"
 
 
 def _resolve_pin(pin, root: Path) -> tuple[str | None, str]:

@@ -75,12 +75,12 @@ def test_every_edition_installs_the_library_at_the_commit_that_built_the_kit(bui
     """Students (Colab setup cell) and the autograder (Gradescope's environment) install one
     spec, recorded in index.json beside the assignment; a build from a clean checkout pins it to
     that checkout's commit, so the library cannot drift under a kit in the middle of a term."""
-    from nmst_lib.classroom.build import UNPINNED_INSTALL_SPEC
+    from nmst_lib.classroom.build import REPOSITORY_URL, pinned_install_spec
 
     entry = index["assignments"][assignment]  # each assignment's own spec: a partial rebuild leaves the rest
     spec, commit = entry["install_spec"], entry["code_version"]
     if commit and not commit.endswith("+dirty"):
-        assert entry["install_pin"] == commit and spec == f"{UNPINNED_INSTALL_SPEC}@{commit}", entry
+        assert entry["install_pin"] == commit and spec == pinned_install_spec(commit), entry
     folder = built / assignment
     with zipfile.ZipFile(folder / f"{assignment}-autograder.zip") as z:
         environment = z.read("environment.yml").decode()
@@ -90,7 +90,7 @@ def test_every_edition_installs_the_library_at_the_commit_that_built_the_kit(bui
                        ("student zip", student_zip),
                        ("instructor notebook", (folder / "instructor" / f"{assignment}.ipynb").read_text()),
                        ("autograder environment.yml", environment)]:
-        installs = re.findall(re.escape(UNPINNED_INSTALL_SPEC) + r"(?:@[\w./-]+)?", text)
+        installs = re.findall(re.escape(f"nmst-lib[classroom] @ {REPOSITORY_URL}/archive/") + r"[\w./-]+?\.zip", text)
         assert installs and set(installs) == {spec}, f"{assignment}'s {name} installs {installs}, not {spec}"
 
 
