@@ -414,10 +414,12 @@ def test_training_epochs_run_with_subnormals_flushed_and_the_mode_is_restored(tm
 def test_a_relative_improvement_threshold_stops_training_on_a_plateau(tmp_path):
     """min_improvement (Chapter 6's converged recipe): an epoch better by less than the threshold
     halves the lr and counts towards patience, but its weights are still the best kept."""
-    config = quick("va", None, max_epochs=6, patience=1, min_improvement=0.9)
+    config = quick("va", None, max_epochs=6, patience=2, min_improvement=0.9)
     run = train(config, checkpoint_dir=tmp_path, progress=False)
     history = run.history
-    assert len(history) == 2 and run.stopped_early  # epoch 2 cannot be 90 % better than epoch 1
+    # epochs 2 and 3 cannot be 90 % better than the best before them: two plateau epochs, patience 2
+    assert len(history) == 3 and run.stopped_early
     assert history[1]["lr"] == history[0]["lr"]  # the halving applies from the next epoch on
+    assert history[2]["lr"] == history[1]["lr"] / 2  # epoch 2's plateau halved it
     best = min(history, key=lambda h: h["val_ppl"])
     assert run.best_epoch == best["epoch"]

@@ -99,22 +99,24 @@ def test_binomial_band_of_two_rates_stays_positive_at_zero_and_one():
         Band.binomial(1.5, 10)
 
 
-@pytest.mark.parametrize("bad, error", [
-    (lambda: Band.floor(float("nan"), "x"), ValueError),
-    (lambda: Band.floor(1.0, ""), ValueError),
-    (lambda: Band(-1.0, "x"), ValueError),
-    (lambda: decide(CLAIM, "3", Band.floor(1, "x")), TypeError),
-    (lambda: decide(CLAIM, 3.0, 1.0), TypeError),
-    (lambda: Claim("id", "P", "T", "s", direction=0), ValueError),
-    (lambda: Claim("", "P", "T", "s"), ValueError),
-    (lambda: Finding(CLAIM, "holds"), ValueError),
-    (lambda: noise_band(floor=1.0), TypeError),
-    (lambda: Findings("c").not_run(CLAIM, ""), ValueError),
-    (lambda: Findings("c").not_stored(CLAIM, []), ValueError),
-    (lambda: Findings("c").not_stored(CLAIM, ["LSTM VA", " "]), ValueError),
+@pytest.mark.parametrize("bad, error, message", [
+    (lambda: Band.floor(float("nan"), "x"), ValueError, "half_width must be finite"),
+    (lambda: Band.floor(1.0, ""), ValueError, "reason must be a non-empty string"),
+    (lambda: Band(-1.0, "x"), ValueError, "half_width must be >= 0"),
+    (lambda: decide(CLAIM, "3", Band.floor(1, "x")), TypeError, "value must be a real number, got str"),
+    (lambda: decide(CLAIM, 3.0, 1.0), TypeError, "band must be a Band"),
+    (lambda: Claim("id", "P", "T", "s", direction=0), ValueError, "direction must be -1"),
+    (lambda: Claim("", "P", "T", "s"), ValueError, "id must be a non-empty string"),
+    (lambda: Finding(CLAIM, "holds"), ValueError, "verdict must be one of"),
+    (lambda: noise_band(floor=1.0), TypeError, "floor must be a Band"),
+    (lambda: Findings("c").not_run(CLAIM, ""), ValueError, "reason must be a non-empty string"),
+    (lambda: Findings("c").not_stored(CLAIM, []), ValueError, "needs the names of the missing models"),
+    (lambda: Findings("c").not_stored(CLAIM, ["LSTM VA", " "]), ValueError, "a missing model's name must be"),
 ])
-def test_bad_input_is_refused_with_a_clear_error(bad, error):
-    with pytest.raises(error):
+def test_bad_input_is_refused_with_a_clear_error(bad, error, message):
+    """Each refusal is the library's own check, saying what was wrong (not an error that some
+    later operation happens to raise on the bad value)."""
+    with pytest.raises(error, match=re.escape(message)):
         bad()
 
 
@@ -460,7 +462,7 @@ def test_one_seed_of_converged_models_is_not_read_but_named_as_needing_seeds():
     assert got.value == -5.4 and got.band is None  # the one-seed gap is shown, with no band
     # two seeds each: the seeds give the band and the gap is read
     got = Findings("ch6").judge(CLAIM, -5.4, seeds=([199.5, 200.1], [204.9, 205.3]))
-    assert got.verdict in ("reproduces", "does not reproduce")
+    assert CLAIM.direction == -1 and got.verdict == "reproduces"  # a gap of -5.4 far outside a tight band
 
 
 def test_the_recipe_table_names_every_deviation_and_only_those():

@@ -92,7 +92,7 @@ def test_builders_leave_out_results_that_are_not_current():
     assert G.gpt2_table2_rows([]) == [] and G.gpt2_eos_traces([]) == []
     with pytest.raises(TypeError, match="StoredResult"):
         G.gpt2_table2_rows([42])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="results must be StoredResults or result dicts, got int"):
         G.gpt2_table2_rows(7)
     with pytest.raises(ValueError, match="L must be a positive integer"):
         G.gpt2_table2_rows([va], L=0)

@@ -96,30 +96,30 @@ def test_eos_probabilities_subset_of_heads():
 
 
 @pytest.mark.parametrize(
-    "kwargs, error",
+    "kwargs, error, message",
     [
-        ({"shape": "sine"}, ValueError),
-        ({"amplitude": 1.0}, ValueError),
-        ({"amplitude": "0.5"}, TypeError),
-        ({"baseline": 0.0}, ValueError),
-        ({"t0": 0}, ValueError),
-        ({"shape": "remark1", "t0": 9, "t1": 9}, ValueError),
+        ({"shape": "sine"}, ValueError, "shape must be one of"),
+        ({"amplitude": 1.0}, ValueError, "amplitude must lie strictly between 0 and 1"),
+        ({"amplitude": "0.5"}, TypeError, "amplitude must be a real number in (0, 1), got str"),
+        ({"baseline": 0.0}, ValueError, "baseline must lie strictly between 0 and 1"),
+        ({"t0": 0}, ValueError, "t0 must be an integer >= 1"),
+        ({"shape": "remark1", "t0": 9, "t1": 9}, ValueError, "needs t0 < t1"),
     ],
 )
-def test_eos_trajectory_rejects_bad_arguments(kwargs, error):
-    with pytest.raises(error):
+def test_eos_trajectory_rejects_bad_arguments(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
         plots.eos_trajectory(20, **kwargs)
 
 
 def test_eos_probabilities_rejects_bad_arguments():
     z = plots.eos_trajectory(10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="eps must lie strictly between 0 and 1"):
         plots.eos_probabilities(z, 0.0)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="eos_logits must be a 1-D floating-point torch.Tensor"):
         plots.eos_probabilities(z.numpy(), 1e-3)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown head 'entmax'"):
         plots.eos_probabilities(z, 1e-3, heads=("VA", "entmax"))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="heads must be a non-empty sequence"):
         plots.eos_probabilities(z, 1e-3, heads="VA")
 
 
@@ -206,17 +206,17 @@ def test_explorer_html_keeps_model_tokens_out_of_the_page_source_and_gives_them_
 
 
 def test_explorer_html_rejects_bad_controls():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="controls must be a non-empty sequence"):
         plots.explorer_html(lambda: None, [])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs at least one value"):
         plots.Control("a", ())
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="kind must be 'slider' or 'dropdown'"):
         plots.Control("a", (1, 2), kind="knob")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="initial must be an index"):
         plots.Control("a", (1, 2), initial=2)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="shown must give one text per value"):
         plots.Control("a", (1, 2), shown=("one",))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="draw must return a matplotlib Figure, got str"):
         plots.explorer_html(lambda a: "not a figure", [plots.Control("a", (1,))])
 
 

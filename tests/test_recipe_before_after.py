@@ -44,14 +44,17 @@ def test_every_converged_run_gets_a_row_with_its_own_numbers(family, capsys):
         pytest.skip(f"no converged {family} result yet")
     text = rba.main(["--family", family])
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    by_model: dict[str, list[dict]] = {}
     for run in runs:
-        model = rba.model_id(run["key"])
-        row = rows[model.removeprefix("cpu-")]
-        if sum(rba.model_id(r["key"]) == model for r in runs) > 1:
-            continue  # the row shows the mean over seeds
-        assert f"{run['decoding']['greedy']['rnt'][-1]:.3f}" in row
-        value, _ = rba.score(run)
-        assert f"{value:,.1f}" in row or f"{value:,.4f}" in row
+        by_model.setdefault(rba.model_id(run["key"]), []).append(run)
+    for model, seeds in by_model.items():
+        # the after side of the row: its seeds, the mean score over them and the mean greedy r_nt(L)
+        after = rows[model.removeprefix("cpu-")].split(" | ")[-5:]
+        assert after[0] == str(len(seeds)), (model, after)
+        value = sum(rba.score(r)[0] for r in seeds) / len(seeds)
+        assert after[1].split(" (")[0] in (f"{value:,.1f}", f"{value:,.4f}"), (model, value, after)
+        rnt = sum(r["decoding"]["greedy"]["rnt"][-1] for r in seeds) / len(seeds)
+        assert after[3] == f"{rnt:.3f}", (model, rnt, after)
 
 
 def test_the_after_folder_may_be_given_relative_to_the_working_folder(monkeypatch, tmp_path):

@@ -50,11 +50,11 @@ def test_html_table_grouped_headers_span_consecutive_columns():
 def test_html_table_missing_cells_floats_and_bad_input():
     out = report.html_table([{"a": 1.5}, {"b": "x"}], ["a", "b"], digits=2)
     assert "1.50" in out and out.count("<td") == 4
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="rows must be a sequence of mappings"):
         report.html_table({"a": 1})
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="every row must be a mapping"):
         report.html_table([1, 2])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a table needs at least one column"):
         report.html_table([], [])
 
 

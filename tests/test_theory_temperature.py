@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from nmst_lib.decoding import nucleus_mask, top_k_mask
 from nmst_lib.heads import eos_lower_bound, nmst_log_probs
+from nmst_lib.temperature import normalised_temperature
 from nmst_lib.theory import (
     can_become_argmax,
     entropy_temperature_derivative,
@@ -312,7 +313,8 @@ def test_can_become_argmax_rejects_bad_ranges_and_ids():
 def test_softmax_normalised_temperatures_have_a_constant_mean(seed, V, a, b):
     g = torch.Generator().manual_seed(seed)
     mu = 5 * torch.randn(3, V, generator=g, dtype=F64)
-    tau = (torch.softmax(mu, -1) + a) / b
+    tau = normalised_temperature(mu, "softmax", a=a, b=b)  # the library's eq. 5, the softmax reading
+    assert torch.allclose(tau, (torch.softmax(mu, -1) + a) / b, rtol=1e-14)
     expected = softmax_temperature_mean(V, a, b)
     assert torch.allclose(tau.mean(-1), torch.full((3,), expected, dtype=F64), rtol=1e-12)
     assert math.isclose(expected, (a + 1 / V) / b, rel_tol=1e-15)
