@@ -422,6 +422,12 @@ def test_masks_and_restriction_are_exact_at_huge_logits_in_float32():
     assert torch.isfinite(restricted[0, [0, 2]]).all()
     assert restricted[0, 2].item() == pytest.approx(-2e4, rel=1e-6)
     assert restricted[0, 0].item() == 0.0
+    # a set without the dominant token: the normaliser is itself about -5e3 (log of a sum of
+    # exp(-2e4) and exp(-5e3), which underflow), and the restriction renormalises in log space
+    restricted = restrict_log_probs(log_probs, torch.tensor([[False, False, True, True]]))
+    assert restricted[0, 3].item() == pytest.approx(0.0, abs=1e-3)
+    assert restricted[0, 2].item() == pytest.approx(-1.5e4, rel=1e-6)
+    assert restricted[0, :2].eq(-math.inf).all()
     assert sample_tokens(log_probs, torch.Generator().manual_seed(0)).tolist() == [0]
 
 

@@ -4,6 +4,7 @@ disk cache of BPE sequences, and the tokenizer vocabulary's fingerprint and read
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -207,6 +208,10 @@ def test_bpe_cache_dir_is_git_ignored_data_cache_in_a_checkout(monkeypatch):
 
     if is_source_checkout():
         assert path == D.repo_root() / "data" / "cache" / "bpe"
+        if (D.repo_root() / ".git").exists():  # and git leaves it out of commits
+            ignored = subprocess.run(["git", "check-ignore", "-q", str(path / "x.safetensors")],
+                                     cwd=D.repo_root(), capture_output=True)
+            assert ignored.returncode == 0, "data/cache/bpe is not git-ignored"
     assert D.bpe_cache_dir("~/x") == Path(os.path.expanduser("~/x"))
 
 

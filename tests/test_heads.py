@@ -82,6 +82,32 @@ def naive_nmst_probs(logits: torch.Tensor, eos_id: int, eps: float, steps) -> to
     return out
 
 
+def naive_log_probs(logits: torch.Tensor, eos_id: int, eps: float, rule: str) -> torch.Tensor:
+    """log p of Welleck et al. (2020) Def. 4.3 (``rule="st"``) or Choi et al. (2023) eq. 10
+    (``"nmst"``, step t + 1 at position t) in 50-digit decimal arithmetic, whose exponent range
+    holds exp(-1e4): the reference for logits of size 1e4, where probabilities underflow every
+    float type but their logarithms (about -1e4 per step) do not."""
+    getcontext().prec = 50
+    B, T, V = logits.shape
+    out = torch.empty(B, T, V, dtype=F64)
+    log_1m_eps = (1 - Decimal(eps)).ln()
+    for b in range(B):
+        log_keep = Decimal(0)
+        for t in range(T):
+            row = [Decimal(z) for z in logits[b, t].tolist()]
+            z_eos = row[eos_id]
+            if rule == "st":  # 1 - p(eos) = prod (1 - eps) sigma(z), log sigma(z) = -log(1 + e^-z)
+                log_keep += log_1m_eps - (1 + (-z_eos).exp()).ln()
+            else:  # 1 - p(eos) = (1 - sigma(z)) (1 - eps)^t, log(1 - sigma(z)) = -log(1 + e^z)
+                log_keep = -(1 + z_eos.exp()).ln() + (t + 1) * log_1m_eps
+            p_eos = 1 - log_keep.exp()
+            top = max(z for v, z in enumerate(row) if v != eos_id)
+            log_norm = top + sum((z - top).exp() for v, z in enumerate(row) if v != eos_id).ln()
+            out[b, t] = torch.tensor([float(log_keep + z - log_norm) for z in row], dtype=F64)
+            out[b, t, eos_id] = float(p_eos.ln())
+    return out
+
+
 def _logits(seed: int, shape, scale: float = 3.0, dtype=F64) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return (scale * torch.randn(shape, generator=g, dtype=F64)).to(dtype)
@@ -298,6 +324,14 @@ def test_logits_of_size_1e4_give_finite_eos_log_probs_and_gradients(dtype, head)
     assert not torch.isnan(out).any()
     eos = out[..., 7] if not head.endswith("masked") else out[:, 2:, 7]
     assert torch.isfinite(eos).all()
+    # every token, not only eos: in log space nothing underflows (a log of a softmax would give
+    # -inf where the log-probability is about -2e4); the layers against the equations themselves
+    scored = out if not head.endswith("masked") else out[:, 2:]
+    assert torch.isfinite(scored).all()
+    if head in ("st", "nmst"):
+        reference = naive_log_probs(logits.detach().double(), 7, 1e-5, head)
+        tol = dict(rtol=1e-6, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-9)
+        torch.testing.assert_close(out.detach().double(), reference, **tol)
     targets = _random_targets((4, 6), 8)
     picked = out.gather(-1, targets.unsqueeze(-1))
     picked[torch.isfinite(picked)].sum().backward()

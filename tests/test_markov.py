@@ -177,6 +177,9 @@ def test_kernel_rows_follow_the_decoders_candidate_sets():
                 if cum >= p:
                     break
             assert set(q[i].nonzero().squeeze(1).tolist()) == kept
+            mass = sum(float(P[i, j]) for j in kept)  # and renormalised on the kept set
+            for j in kept:
+                assert float(q[i, j]) == pytest.approx(float(P[i, j]) / mass, rel=1e-12)
 
 
 # --------------------------------------------------------------------------- Monte Carlo agreement

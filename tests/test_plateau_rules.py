@@ -192,7 +192,9 @@ def test_eps_perplexity_is_the_formula_on_the_models_probabilities_of_the_contin
         return math.exp(-float(torch.log((q + eps) / (1 + eps * V)).mean()))
 
     got = evaluate_eps_perplexity(model, valid, batch_size=8)
-    assert got == pytest.approx(epsilon_perplexity(q, V)[0], rel=1e-6)  # float32 batched vs one by one
+    value, eps_star = epsilon_perplexity(q, V)
+    assert got == pytest.approx(value, rel=1e-6)  # float32 batched vs one by one
+    assert got == pytest.approx(eps_ppl(eps_star), rel=1e-6)  # eq. 9 written out, at the library's epsilon
     grid = [10.0 ** e for e in torch.linspace(-12, 4, 3201).tolist()]
     assert got <= min(min(eps_ppl(e) for e in grid), V) * (1 + 1e-6)
 

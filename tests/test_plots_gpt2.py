@@ -89,18 +89,18 @@ def test_eos_token_plot_max_tokens_cuts_the_line_and_says_so():
     assert "first 4 of 10 tokens" in ax.get_title()
 
 
-@pytest.mark.parametrize("bad, error", [
-    ({("xx", None): [0.1] * 10}, ValueError),          # unknown head
-    ({("va", 1e-4): [0.1] * 10}, ValueError),          # VA with an eps
-    ({("nmst", 0.0): [0.1] * 10}, ValueError),         # eps outside (0, 1)
-    ({("nmst", 1e-4): [0.1] * 9}, ValueError),         # one probability short
-    ({("nmst", 1e-4): [0.0] * 10}, ValueError),        # zero cannot be drawn on a log axis
-    ({("nmst", 1e-4): [1.5] * 10}, ValueError),        # not a probability
-    ({"nmst": [0.1] * 10}, TypeError),                 # key is not (head, eps)
-    ([0.1] * 10, TypeError),                           # not a mapping
+@pytest.mark.parametrize("bad, error, message", [
+    ({("xx", None): [0.1] * 10}, ValueError, "head must be one of"),              # unknown head
+    ({("va", 1e-4): [0.1] * 10}, ValueError, "the VA model has no eps"),          # VA with an eps
+    ({("nmst", 0.0): [0.1] * 10}, ValueError, "eps must lie strictly between"),   # eps outside (0, 1)
+    ({("nmst", 1e-4): [0.1] * 9}, ValueError, "9 probabilities for 10 tokens"),   # one short
+    ({("nmst", 1e-4): [0.0] * 10}, ValueError, r"must lie in \(0, 1\]"),          # zero: a log axis
+    ({("nmst", 1e-4): [1.5] * 10}, ValueError, r"must lie in \(0, 1\]"),          # not a probability
+    ({"nmst": [0.1] * 10}, TypeError, "a model key must be a pair"),              # key is not (head, eps)
+    ([0.1] * 10, TypeError, "must be a non-empty mapping"),                       # not a mapping
 ])
-def test_eos_token_plot_rejects_bad_probabilities(bad, error):
-    with pytest.raises(error):
+def test_eos_token_plot_rejects_bad_probabilities(bad, error, message):
+    with pytest.raises(error, match=message):
         plots.eos_token_plot(TOKENS, bad)
 
 
@@ -273,15 +273,15 @@ def test_tradeoff_guarantee_line_sits_where_the_half_life_step_reaches_L(L):
     plt.close(fig)
 
 
-@pytest.mark.parametrize("points, error", [
-    ([{"head": "va", "eps": None, "ppl": 60.0, "rnt": 0.4}], ValueError),   # no eps to plot against
-    ([{"head": "st", "eps": 1e-4, "ppl": 60.0, "rnt": 1.4}], ValueError),   # r_nt not a fraction
-    ([{"head": "st", "eps": 1e-4, "ppl": 0.5, "rnt": 0.4}], ValueError),    # perplexity < 1
-    ([{"head": "st", "eps": 1e-4, "ppl": 60.0}], ValueError),               # missing r_nt
-    ({"head": "st"}, TypeError),
+@pytest.mark.parametrize("points, error, message", [
+    ([{"head": "va", "eps": None, "ppl": 60.0, "rnt": 0.4}], ValueError, "at least one ST or NMST"),  # no eps axis
+    ([{"head": "st", "eps": 1e-4, "ppl": 60.0, "rnt": 1.4}], ValueError, "r_nt is a fraction"),
+    ([{"head": "st", "eps": 1e-4, "ppl": 0.5, "rnt": 0.4}], ValueError, "a perplexity is a finite number >= 1"),
+    ([{"head": "st", "eps": 1e-4, "ppl": 60.0}], ValueError, "must be a mapping with 'head', 'eps', 'ppl' and 'rnt'"),
+    ({"head": "st"}, TypeError, "points must be a non-empty sequence"),
 ])
-def test_tradeoff_plot_rejects_bad_points(points, error):
-    with pytest.raises(error):
+def test_tradeoff_plot_rejects_bad_points(points, error, message):
+    with pytest.raises(error, match=message):
         plots.eps_tradeoff_plot(points)
 
 

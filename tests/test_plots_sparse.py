@@ -111,27 +111,27 @@ def test_masked_scores_are_allowed_and_never_in_the_support():
 
 
 @pytest.mark.parametrize(
-    "kwargs, error",
+    "kwargs, error, message",
     [
-        (dict(alphas=(0.5, 1.5)), ValueError),
-        (dict(alphas=()), ValueError),
-        (dict(alphas=("1.5",)), TypeError),
-        (dict(alphas=(1.5,), labels=["only one"]), ValueError),
-        (dict(alphas=(1.5,), eos_id=400), ValueError),
-        (dict(alphas=(1.5,), eos_id=1.0), TypeError),
+        (dict(alphas=(0.5, 1.5)), ValueError, "alpha-entmax needs alpha >= 1"),
+        (dict(alphas=()), ValueError, "alphas must hold at least one value"),
+        (dict(alphas=("1.5",)), TypeError, "every alpha must be a finite real number >= 1"),
+        (dict(alphas=(1.5,), labels=["only one"]), ValueError, "labels must name each of the 2 score vectors"),
+        (dict(alphas=(1.5,), eos_id=400), ValueError, r"eos_id must be in \[0, 400\)"),
+        (dict(alphas=(1.5,), eos_id=1.0), TypeError, "eos_id must be an integer id"),
     ],
 )
-def test_bad_arguments_say_what_is_allowed(kwargs, error):
-    with pytest.raises(error):
+def test_bad_arguments_say_what_is_allowed(kwargs, error, message):
+    with pytest.raises(error, match=message):
         plots.support_size_plot(zipf_scores(n=2), **kwargs)
 
 
 def test_bad_scores_say_what_is_allowed():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"must not contain NaN or \+inf"):
         plots.support_size_plot(torch.tensor([[float("nan"), 1.0]]), (1.5,))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="needs at least one finite logit"):
         plots.support_size_plot(torch.full((1, 3), -float("inf")), (1.5,))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="scores must hold floating-point logits"):
         plots.support_size_plot(torch.ones(2, 3, dtype=torch.long), (1.5,))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="draws one score vector, got 2"):
         plots.plot_entmax_ranks(zipf_scores(n=2), 1.5)

@@ -105,7 +105,9 @@ def test_eos_plot_puts_the_end_on_the_right_and_draws_the_reference():
     assert np.allclose(line.get_xdata(), -d) and np.allclose(line.get_ydata(), mean)
     assert ax.get_xlim()[1] > 0 > ax.get_xlim()[0]
     assert any(np.allclose(l.get_ydata(), 2.5) for l in ax.get_lines()[1:])
-    assert all(not t.get_text().startswith("-") for t in ax.get_xticklabels())
+    # the ticks name distances: |t| with no sign (matplotlib would write "−10" with a Unicode minus)
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == [f"{abs(t):g}" for t in ax.get_xticks()]
     with pytest.raises(ValueError, match=">= 0"):
         plots.eos_temperature_plot({"CT": {"distance": -d, "mean": mean, "lower": mean, "upper": mean}})
 
@@ -121,6 +123,26 @@ def test_explorer_has_one_distinct_frame_per_model_and_token_and_escapes_the_men
     assert data["labels"][1] == ["w0 (rank 1)", "w4 (rank 21)", "<eos> (rank 51)"]
 
 
+def test_explorer_frames_of_one_model_share_its_y_axis():
+    """Every token's frame of a model is drawn on that model's one y range (moving between tokens
+    never rescales the axis), which holds all of its temperatures; the two models' ranges differ."""
+    from nmst_lib.plots.temperature_curves import _temperature_explorer
+
+    runs = {"CT-LSTM": training_run(seed=0), "CT-NMST": training_run(seed=1, base=2.5)}
+    explorer = _temperature_explorer(runs, ["w0", "w4", "<eos>"], 16, None, None)
+    limits = {}
+    for model, run in runs.items():
+        frames = [explorer.draw(token, model) for token in ("w0", "w4", "<eos>")]
+        ylims = {fig.axes[0].get_ylim() for fig in frames}
+        for fig in frames:
+            plt.close(fig)
+        assert len(ylims) == 1, (model, ylims)
+        (lo, hi), temps = ylims.pop(), np.asarray(run["temperatures"])
+        assert lo < temps.min() and temps.max() < hi
+        limits[model] = (lo, hi)
+    assert limits["CT-LSTM"] != limits["CT-NMST"]
+
+
 def test_explorer_default_choices_span_the_ranks_and_include_eos_and_unk():
     run = training_run(N=40)
     run["tokens"][-2:] = ["<eos>", "<unk>"]
@@ -129,6 +151,9 @@ def test_explorer_default_choices_span_the_ranks_and_include_eos_and_unk():
     assert shown[0] == "w0 (rank 1)" and any(s.startswith("<eos>") for s in shown) and any(s.startswith("<unk>") for s in shown)
     assert len(data["sizes"]) == 1  # one model: no model menu
     assert 8 <= len(shown) <= 10
+    # spread over the ranks (not the most frequent few): the last ordinary choice is far down the list
+    ranks = [int(s.split("(rank ")[1].rstrip(")")) for s in shown if not s.startswith("<")]
+    assert ranks == sorted(ranks) and ranks[-1] >= 0.4 * max(run["ranks"]), shown
 
 
 def test_explorer_rejects_unknown_tokens_and_bad_runs():

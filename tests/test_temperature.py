@@ -8,6 +8,7 @@ loops over positions and mixture components); sizes are tiny so that the file ru
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -554,6 +555,23 @@ def test_gradients_are_finite_at_extremes_in_float32(base, mixtures, normalisati
     targets = torch.tensor([[0, EOS, 3, 4, 5], [EOS, 5, 1, 1, 0]])
     mask = torch.tensor([[True, False, False, False, False], [False] * 5])
     assert float(head.temperature.scores(hidden).detach().abs().max()) > 1e4
+    # the forward pass (decoding and evaluation use it, not the fused loss): finite wherever scored,
+    # and for the mixture eq. 6 written out in float64, log sum_m pi_m softmax(z_m / tau)
+    # (a mixture computes its logits from its own latent states, tanh-bounded: its output layer is
+    # scaled so that its component logits reach about 1e4 too)
+    with torch.no_grad():
+        big = copy.deepcopy(output)
+        if mixtures > 1:
+            big.weight.mul_(1e3)
+        out = head(logits, mask, hidden=hidden, output=big)
+        assert bool(torch.isfinite(out[~mask]).all())
+        if mixtures > 1:
+            assert float(head._mos_parts(hidden, big)[0].abs().max()) > 1e3
+            h64, o64 = copy.deepcopy(head).double(), copy.deepcopy(big).double()
+            z, log_prior = h64._mos_parts(hidden.double(), o64)
+            tau = h64.temperatures(hidden.double())
+            ref = torch.logsumexp(log_prior[..., None] + torch.log_softmax(z / tau[..., None, :], -1), dim=-2)
+            torch.testing.assert_close(out.double()[~mask], ref[~mask], rtol=1e-5, atol=1e-2)
     losses = head.token_losses(logits, targets, mask, hidden=hidden, output=output)
     assert bool(torch.isfinite(losses).all())
     losses.sum().backward()
