@@ -252,6 +252,9 @@ def test_lean_nll_has_the_same_values_and_gradients_as_the_head(head, eps):
     (gz,) = torch.autograd.grad((lean * w).sum(), z)
     assert torch.equal(lean, ref)  # forward: bit for bit
     torch.testing.assert_close(gz, gz_ref, rtol=1e-12, atol=1e-15)  # backward: the same function
+    # and both are -log p(y) of the head's own log-probabilities (its forward, another code path)
+    nll = -h(z.detach(), mask).gather(-1, y[..., None])[..., 0]
+    torch.testing.assert_close(lean.detach()[~mask], nll[~mask], rtol=1e-12, atol=1e-12)
 
 
 def test_lean_nll_refuses_a_second_backward_and_leaves_other_heads_alone():

@@ -132,8 +132,8 @@ def eos_line():
     }
 
 
-def training_run(R=4, N=5):
-    rng = np.random.default_rng(0)
+def training_run(R=4, N=5, seed=0):
+    rng = np.random.default_rng(seed)
     tokens = ["w0", "w1", "w2", "<eos>", "<unk>"]
     return {
         "epochs": np.linspace(0, 3, R),
@@ -144,7 +144,8 @@ def training_run(R=4, N=5):
 
 
 Ls = np.array([1, 10, 100])
-SCORES = -torch.log(torch.arange(1, 41, dtype=torch.float64)).repeat(2, 1)
+SCORES = -torch.log(torch.arange(1, 41, dtype=torch.float64)).repeat(2, 1) * torch.tensor([[1.0], [2.0]])
+"""Two contexts whose scores differ (a steeper second one), so that moving the context control shows it."""
 TWINS = {
     "eos": (
         plots.eos_explorer_widget,
@@ -190,15 +191,17 @@ TWINS = {
     "temperature": (
         plots.temperature_explorer_widget,
         lambda **kw: _temperature_explorer(kw["runs"], None, 16, None, None),
-        {"runs": {"CT": training_run(), "CT + NMST": training_run()}},
+        {"runs": {"CT": training_run(), "CT + NMST": training_run(seed=1)}},
     ),
 }
 
 
 def drawn(fig):
-    """What a frame shows: its title and its curves' labels."""
+    """What a frame shows: its title, its curves' labels and their values."""
     ax = fig.axes[0]
-    return ax.get_title(), [line.get_label() for line in ax.get_lines()]
+    return (ax.get_title(), [line.get_label() for line in ax.get_lines()],
+            [[str(v) for v in np.round(np.asarray(line.get_ydata(), dtype=float), 9)]  # nan equals nan
+             for line in ax.get_lines()])
 
 
 @pytest.mark.parametrize("family", sorted(TWINS))
@@ -211,9 +214,12 @@ def test_every_explorer_has_a_live_twin_that_redraws(family):
         (c.label or c.name, list(zip(c.shown, c.values)), c.initial)
         for c in explorer.controls
     ]
-    moved = next(c for c in reversed(shown) if len(c.options) > 1)
-    first = w.result
-    moved.index = (moved.index + 1) % len(moved.options)
-    values = {c.name: s.value for c, s in zip(explorer.controls, shown)}
-    assert w.result is not first and isinstance(w.result, plt.Figure)
-    assert drawn(w.result) == drawn(explorer.draw(**values))
+    movable = [c for c in shown if len(c.options) > 1]
+    assert movable
+    for moved in movable:  # every control reaches the drawing, each with its own value
+        before = w.result
+        moved.index = (moved.index + 1) % len(moved.options)
+        values = {c.name: s.value for c, s in zip(explorer.controls, shown)}
+        assert w.result is not before and isinstance(w.result, plt.Figure)
+        assert drawn(w.result) == drawn(explorer.draw(**values)), (family, moved.description)
+        assert drawn(w.result) != drawn(before), (family, moved.description)
