@@ -884,7 +884,9 @@ def _follow_back_pointers(kept_tokens, kept_parents, end_step, end_position):
     rows = torch.arange(batch, device=kept_tokens.device)
     tokens = torch.full((batch, max_len), PAD, dtype=torch.long, device=kept_tokens.device)
     position = end_position
-    for t in reversed(range(max_len)):
+    # from the last step any context ran (beyond it every row is padding), not from max_len
+    last = int(end_step.max()) if batch else -1
+    for t in range(last, -1, -1):
         inside = t <= end_step
         tokens[:, t] = torch.where(inside, kept_tokens[rows, t, position], PAD)
         position = torch.where(inside, kept_parents[rows, t, position], position)

@@ -176,7 +176,9 @@ class RecurrentLM(nn.Module):
         batch = batch.to(self.device)
         log_probs = self(batch.inputs, batch.context_mask)
         scored = batch.target_mask
-        picked = log_probs[scored].gather(-1, batch.targets[scored].unsqueeze(-1)).squeeze(-1)
+        # pick first, then keep the scored positions: no copy of the [B, T, V] rows (the same sum)
+        targets = batch.targets.masked_fill(~scored, 0)
+        picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[scored]
         return -picked.sum(), scored.sum()
 
     def token_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
