@@ -39,7 +39,7 @@ from . import ASSIGNMENTS, TESTS_MARKER
 from .grading import grade_submission  # noqa: F401 -- grading lives in .grading; kept importable from here
 
 __all__ = ["repository_root", "master_notebook", "assignment_questions", "build_assignments", "grade_submission",
-           "UNPINNED_INSTALL_SPEC", "pinned_install_spec"]
+           "REPOSITORY_URL", "UNPINNED_INSTALL_SPEC", "pinned_install_spec"]
 
 #: The book's repository, ``_config.yml``'s ``repository.url`` (tests/test_repository_url.py checks it).
 REPOSITORY_URL = "https://github.com/nmst-book/when-do-language-models-stop"
