@@ -175,11 +175,7 @@ class RecurrentLM(nn.Module):
         context and padding excluded) and their count (Choi, Cho, Lee (2023) eq. 3)."""
         batch = batch.to(self.device)
         log_probs = self(batch.inputs, batch.context_mask)
-        scored = batch.target_mask
-        # pick first, then keep the scored positions: no copy of the [B, T, V] rows (the same sum)
-        targets = batch.targets.masked_fill(~scored, 0)
-        picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[scored]
-        return -picked.sum(), scored.sum()
+        return -batch.target_log_probs(log_probs).sum(), batch.target_mask.sum()
 
     def token_loss(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Sum of the head's own per-token training loss over the continuation tokens of

@@ -30,7 +30,7 @@ from chapter_run import (
     store_as_seed,
 )
 
-from datasources import FIXTURE_DATA_DIR
+from datasources import FIXTURE_DATA_DIR, use_data_root
 from nmst_lib.experiments import CURRENT, published_results_dir
 from nmst_lib.experiments.sparse import (
     load_sparse_results,
@@ -131,11 +131,7 @@ def store_without_softmax(tmp_path, monkeypatch):
         shutil.copy(s.path, published / "sparse")
     isolate(monkeypatch, tmp_path)
     monkeypatch.setenv("NMST_QUICK_DIR", str(tmp_path / "quick"))
-    # the quick run trains on the fixture corpus, offline (as in a clone without the data)
-    monkeypatch.setenv("NMST_DATA_DIR", str(FIXTURE_DATA_DIR))
-    monkeypatch.delenv("NMST_WIKITEXT_DIR", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    use_data_root(monkeypatch, FIXTURE_DATA_DIR)  # the quick run trains on the fixture corpus, offline
     return published
 
 

@@ -277,6 +277,15 @@ class Batch:
         eos)."""
         return int((self.lengths - self.context_len).sum())
 
+    def target_log_probs(self, log_probs: torch.Tensor) -> torch.Tensor:
+        """``log p(y_t)`` of every scored prediction (``target_mask``), row by row, from the
+        model's ``log_probs[B, T-1, V]`` of this batch: the terms of the NLL (Choi, Cho, Lee
+        (2023) eq. 3). The targets are picked first and the scored positions kept after, so no
+        ``[V]`` row is copied; unscored targets (padding) are read as token 0 and dropped."""
+        scored = self.target_mask
+        targets = self.targets.masked_fill(~scored, 0)
+        return log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[scored]
+
     def to(self, device) -> Batch:
         """The batch on ``device``."""
         return Batch(

@@ -70,11 +70,9 @@ def evaluate_eps_perplexity(model: RecurrentLM, data: D.SequenceData, batch_size
 
     def collect(batch):
         batch = batch.to(model.device)
-        scored = batch.target_mask
         log_p = model(batch.inputs, batch.context_mask)
-        targets = batch.targets.masked_fill(~scored, 0)  # pick, then keep the scored positions
-        probs.append(log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[scored].double().exp())
-        return torch.zeros((), dtype=torch.float64), scored.sum()
+        probs.append(batch.target_log_probs(log_p).double().exp())
+        return torch.zeros((), dtype=torch.float64), batch.target_mask.sum()
 
     _mean_over_split(model, data, collect, batch_size, max_tokens)
     value, _ = epsilon_perplexity(torch.cat(probs), model.vocab_size)
