@@ -40,6 +40,12 @@ them from a newer clean commit. A model resumed there from an older commit's che
 stamped with the new commit: do it only when the training code of the models in flight is the
 same at both (``git diff OLD NEW -- nmst_lib`` says), and say so where the results are committed.
 
+``NEXT_EPS`` widens Chapter 6's grid before the chapter takes it: the models of Chapter 6's suite
+at Choi et al.'s best eps = 1e-5 (not yet in ``CPU_EPS``) are queued after every seed-0 model, run
+through ``python -m nmst_lib run`` (the suite does not list them), and land in
+``pending_results/wikitext2/`` (the published store holds only suite configs); when all of them are
+there, ``CPU_EPS`` takes 1e-5, they move to the store and the chapter reads them.
+
 ``--fit MINUTES`` is for a machine that may not outlive the session: a lane then starts a model
 only when its expected training time (:func:`estimate_minutes`, from the measured times of its
 nearest published relatives) ends within MINUTES of ``start``, and always resumes a model whose
@@ -67,9 +73,11 @@ sys.path.insert(0, str(ROOT))
 from nmst_lib.experiments import CURRENT, get_family  # noqa: E402
 from nmst_lib.experiments.config import (  # noqa: E402
     CONVERGED_CPU_RECIPE,
+    CPU_EPS,
     EPS_PPL_CPU_RECIPE,
     GPT2_CONVERGED_CPU_RECIPE,
     UNIGRAM_HOLD_CPU_RECIPE,
+    make_config,
 )
 from nmst_lib.experiments.results import published_results_dir  # noqa: E402
 from nmst_lib.experiments.sparse import PAPER_ALPHA  # noqa: E402
@@ -101,6 +109,28 @@ only widen; their seeds 1 and 2 (about 2-4 hours a model) come after. In session
 trained only while a session ran (about 6 CPU hours per session), and the first group had 21
 models to go (about 20 CPU hours: three or four sessions), the second 30 with MoS+'s two further
 seeds (about 70)."""
+
+
+NEXT_EPS = (1e-5,)
+"""The eps that Chapter 6's grid (``CPU_EPS``) takes next: Choi et al.'s best, the eps of their
+Table 1's best NMST models and of Figures 2 and 8, where no theorem forces termination within
+L = 10,000 (t1/2 = 69,315). Its models (RNN and LSTM, ST and NMST, seeds 0-2) are
+:func:`next_grid_configs`: queued after every seed-0 model, landed in ``pending_results/``."""
+
+
+def next_grid_configs() -> list:
+    """Chapter 6's configs at :data:`NEXT_EPS` that its suite does not hold yet: the configs
+    :func:`nmst_lib.experiments.runs.suite_configs` will make when ``CPU_EPS`` takes them (the
+    same ``make_config`` call and recipe), seed by seed, the RNNs first (about 30 minutes each
+    against the LSTMs' 70), ST before NMST."""
+    return [make_config("cpu", arch, head, eps, seed, **RECIPES["wikitext2"])
+            for seed in range(3) for arch in ("rnn", "lstm") for eps in NEXT_EPS
+            if not any(abs(eps - e) <= 1e-12 for e in CPU_EPS) for head in ("st", "nmst")]
+
+
+def is_next_grid(family: str, config) -> bool:
+    """Whether ``config`` is one of :func:`next_grid_configs` (trained by ``run``, landed pending)."""
+    return family == "wikitext2" and config.key in {c.key for c in next_grid_configs()}
 
 
 def beyond_only(family: str, config) -> bool:
@@ -139,7 +169,7 @@ def queue() -> list[tuple[str, object]]:
     later = sorted(((name, c) for name in SEED_ORDER for c in suites[name] if seed(name, c) != 0),
                    key=lambda job: (beyond_only(*job), group[job[0]], seed(*job),
                                     SEED_ORDER.index(job[0])))  # stable within
-    return first + later
+    return first + [("wikitext2", c) for c in next_grid_configs()] + later
 
 
 def model_stem(key: str) -> str:
@@ -273,11 +303,17 @@ def clear_stale_claims(work: Path) -> list[str]:
     return cleared
 
 
-def suite_command(family: str, key: str, work: Path) -> list[str]:
-    """The child process that trains or resumes one model and stores its result."""
+def suite_command(family: str, config, work: Path) -> list[str]:
+    """The child process that trains or resumes one model and stores its result: its suite with
+    ``--only``, or, for a model of :func:`next_grid_configs`, ``run`` with its arch, head, eps and
+    seed (the same ``make_config``)."""
     sets = [arg for field, value in RECIPES[family].items() for arg in ("--set", f"{field}={json.dumps(value)}")]
-    return [sys.executable, "-m", "nmst_lib", "suite", family, "--profile", "cpu", *sets, "--only", key,
-            "--threads", "1", "--no-progress", "--out", str(work / "out"), "--checkpoint-dir", str(work / "ckpt")]
+    common = ["--profile", "cpu", *sets, "--threads", "1", "--no-progress", "--out", str(work / "out"),
+              "--checkpoint-dir", str(work / "ckpt")]
+    if is_next_grid(family, config):
+        return [sys.executable, "-m", "nmst_lib", "run", "--arch", config.arch, "--head", config.head,
+                "--eps", repr(config.eps), "--seed", str(config.seed), *common]
+    return [sys.executable, "-m", "nmst_lib", "suite", family, "--only", config.key, *common]
 
 
 def run_lane(work: Path, until: float | None = None) -> None:
@@ -295,7 +331,7 @@ def run_lane(work: Path, until: float | None = None) -> None:
         started = time.time()
         print(f"[lane {os.getpid()}] {time.strftime('%H:%M:%S')} {family} {config.key}: start", flush=True)
         try:
-            status = subprocess.run(suite_command(family, config.key, work), cwd=ROOT).returncode
+            status = subprocess.run(suite_command(family, config, work), cwd=ROOT).returncode
         finally:
             release(work, config.key)
         print(f"[lane {os.getpid()}] {time.strftime('%H:%M:%S')} {family} {config.key}: exit {status} after "
@@ -379,10 +415,12 @@ def summary(data: dict) -> str:
     return line + f"; clean {prov['git_sha'][:7]}, {prov.get('train_seconds', 0) / 3600:.1f} h training"
 
 
-def land(work: Path, keys: list[str], store: Path | None = None) -> list[Path]:
+def land(work: Path, keys: list[str], store: Path | None = None, pending: Path | None = None) -> list[Path]:
     """Copy the finished, not yet committed results of ``WORK/out`` (only ``keys`` when given)
-    into the published store; returns the files written."""
+    into the published store (those of :func:`next_grid_configs` into ``pending_results/``, since
+    the store holds only suite configs); returns the files written."""
     store = published_results_dir() if store is None else store
+    pending = ROOT / "pending_results" if pending is None else pending
     # a key can name a model of two families (Chapter 8's softmax model is Chapter 6's LSTM VA,
     # with the same key), so jobs are (family, config) pairs, never a dict by key
     jobs = [(f, c) for f, c in queue() if not keys or c.key in keys]
@@ -401,11 +439,12 @@ def land(work: Path, keys: list[str], store: Path | None = None) -> list[Path]:
         data = json.loads(source.read_text(encoding="utf-8"))
         if data["provenance"].get("git_dirty") is not False:
             raise SystemExit(f"{key}: made from a tree with local changes (git_dirty); not landed")
-        target = store / family / f"{key}.json"
+        folder = (pending if is_next_grid(family, config) else store) / family
+        target = folder / f"{key}.json"
         atomic_write_bytes(target, source.read_bytes())
         written.append(target)
-        print(f"[land] {family} {key}: {summary(data)}")
-        for other in sorted((store / family).glob(f"{model_stem(key)}-seed*.json")):
+        print(f"[land] {family} {key}{' (pending_results)' if folder.parent == pending else ''}: {summary(data)}")
+        for other in sorted(folder.glob(f"{model_stem(key)}-seed*.json")):
             if other != target:
                 print(f"         beside {other.stem}: {summary(json.loads(other.read_text(encoding='utf-8')))}")
     if not written:

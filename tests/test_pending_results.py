@@ -23,7 +23,7 @@ def test_the_folder_says_what_it_holds():
 def test_a_pending_result_is_the_stamped_result_of_its_config(path):
     """Any family's result (its folder names the family: wikitext2, sparse, temperature), from a
     clean commit and selected at its best epoch. A result waiting here to be published (outside
-    ``measuring/``; none at the moment, since the queue lands straight in the published store) must
+    ``measuring/``: Chapter 6's models at the eps its grid takes next, ``train_queue.NEXT_EPS``) must
     also follow the plan's recipe; the measuring runs record other recipes on purpose."""
     data = json.loads(path.read_text(encoding="utf-8"))
     family = get_family(path.parent.name)

@@ -49,7 +49,9 @@ def test_the_queue_holds_every_cpu_model_once_by_its_chapters_converged_recipe(t
     assert max(keys.values()) == 1, [k for k, n in keys.items() if n > 1]
     for name, recipe in tq.RECIPES.items():
         suite = get_family(name).configs("cpu", **recipe)
-        assert {c.key for f, c in plan if f == name} == {c.key for c in suite}, name
+        # and Chapter 6's models at the eps its grid takes next (their own test below)
+        queued = {c.key for f, c in plan if f == name and not tq.is_next_grid(f, c)}
+        assert queued == {c.key for c in suite}, name
         # by the recipe: every model on the converged vocabulary and stopping rule
         for c in suite:
             t = get_family(name).training_config(c)
@@ -57,6 +59,7 @@ def test_the_queue_holds_every_cpu_model_once_by_its_chapters_converged_recipe(t
 
 
 def test_one_seed_of_every_configuration_comes_first_chapter_7_leading(tq, plan):
+    plan = [(f, c) for f, c in plan if not tq.is_next_grid(f, c)]  # placed by their own test below
     seeds = [get_family(f).training_config(c).seed for f, c in plan]
     first_later = seeds.index(next(s for s in seeds if s != 0))
     assert all(s == 0 for s in seeds[:first_later]) and all(s != 0 for s in seeds[first_later:])
@@ -97,7 +100,7 @@ def test_one_seed_of_every_configuration_comes_first_chapter_7_leading(tq, plan)
 
 def test_a_lanes_child_command_builds_exactly_the_queued_config(tq, plan, tmp_path):
     for family, config in [next((f, c) for f, c in plan if f == name) for name in tq.RECIPES]:
-        command = tq.suite_command(family, config.key, tmp_path)
+        command = tq.suite_command(family, config, tmp_path)
         assert command[command.index("--only") + 1] == config.key
         sets = [command[i + 1] for i, arg in enumerate(command) if arg == "--set"]
         again = get_family(family).configs("cpu", **_set_overrides(sets))
@@ -107,6 +110,67 @@ def test_a_lanes_child_command_builds_exactly_the_queued_config(tq, plan, tmp_pa
         assert fam.config_hash(match[0]) == fam.config_hash(config)
         if family in ("wikitext2", "gpt2"):  # a plain ExperimentConfig: the stored hash
             assert config_hash(match[0]) == config_hash(config)
+
+
+def test_chapter_6s_next_eps_is_queued_after_every_seed_0_model_as_the_configs_its_grid_will_make(
+        tq, plan, tmp_path, monkeypatch):
+    """The models of Chapter 6 at ``NEXT_EPS`` (1e-5, Choi et al.'s best): RNN and LSTM, ST and NMST,
+    seeds 0-2, one block right after the last seed-0 model of the suites, seed by seed; each is the
+    config (key and hash) the suite makes once ``CPU_EPS`` takes the eps, and the lane's ``run``
+    command builds exactly it; once the grid has the eps, none is left over."""
+    from nmst_lib import __main__ as cli
+    from nmst_lib.experiments import runs
+
+    assert tq.NEXT_EPS == (1e-5,)
+    flags = [tq.is_next_grid(f, c) for f, c in plan]
+    at = flags.index(True)
+    block = plan[at:at + 12]
+    assert sum(flags) == 12 and all(flags[at:at + 12])
+    assert [(c.seed, c.arch, c.head, c.eps) for _, c in block] == [
+        (s, a, h, 1e-5) for s in range(3) for a in ("rnn", "lstm") for h in ("st", "nmst")]
+    before = plan[:at]
+    assert all(get_family(f).training_config(c).seed == 0 for f, c in before)
+    assert all(get_family(f).training_config(c).seed != 0 for f, c in plan[at + 12:])
+    # the configs the suite makes when the grid takes 1e-5 (nothing else of the suite changes)
+    wide = tq.CPU_EPS + tq.NEXT_EPS
+    monkeypatch.setattr(runs, "CPU_EPS", wide)
+    suite = {c.key: c for c in get_family("wikitext2").configs("cpu", **tq.RECIPES["wikitext2"])}
+    for _, config in block:
+        assert config_hash(suite[config.key]) == config_hash(config), config.key
+    # the lane's child: `run` with the model's arch, head, eps and seed and the recipe's fields
+    command = tq.suite_command("wikitext2", block[-1][1], tmp_path)
+    assert command[3] == "run" and "--only" not in command
+    args = cli.build_parser().parse_args(command[3:])
+    assert config_hash(cli._config_from_args(args)) == config_hash(block[-1][1])
+    assert args.out == str(tmp_path / "out") and args.checkpoint_dir == str(tmp_path / "ckpt")
+    # the suite's own models keep `suite --only`
+    assert tq.suite_command("wikitext2", plan[-1][1], tmp_path)[3] == "suite"
+    monkeypatch.setattr(tq, "CPU_EPS", wide)
+    assert tq.next_grid_configs() == []
+
+
+def test_a_next_eps_result_lands_in_pending_results_not_in_the_store(tq, plan, tmp_path, monkeypatch):
+    """The published store holds only suite configs (test_family): a finished model of the next
+    eps lands in ``pending_results/wikitext2/`` and is done from there."""
+    config = next(c for f, c in plan if tq.is_next_grid(f, c))
+    fam = get_family("wikitext2")
+    sibling = next((c for f, c in plan if f == "wikitext2" and c.key == config.key.replace("1e-5", "1e-4")))
+    if fam.load(sibling).status != "current":
+        pytest.skip("no published result of the 1e-4 sibling to dress as a 1e-5 result")
+    data = json.loads(Path(fam.load(sibling).path).read_text(encoding="utf-8"))
+    data.update(key=config.key, config=config.to_dict(), config_hash=config_hash(config))
+    work, store, pending = tmp_path / "work", tmp_path / "store", tmp_path / "pending"
+    waiting = fam.path(config, work / "out")
+    waiting.parent.mkdir(parents=True)
+    waiting.write_text(json.dumps(data), encoding="utf-8")
+    assert tq.where_done("wikitext2", config, work, tree=tmp_path) == "WORK/out"
+    written = tq.land(work, [config.key], store=store, pending=pending)
+    assert written == [pending / "wikitext2" / f"{config.key}.json"]
+    assert written[0].read_bytes() == waiting.read_bytes() and not store.exists()
+    assert tq.where_done("wikitext2", config, None, tree=tmp_path / "tree") is None
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "pending_results").symlink_to(pending)
+    assert tq.where_done("wikitext2", config, None, tree=tmp_path / "tree") == "pending_results"
 
 
 def test_a_claim_is_exclusive_and_a_dead_lanes_claim_is_cleared(tq, tmp_path):
