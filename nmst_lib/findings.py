@@ -124,7 +124,8 @@ class Band:
 
     @classmethod
     def relative_spread(cls, values, reference: str, *, k: float = 2.0, minimum: float = 0.10) -> Band:
-        """A stated floor for a *relative* gap between models with one seed each (Chapters 8-9).
+        """A stated floor for a *relative* gap between models of which one or both have a single
+        seed (Chapters 8-9).
 
         ``values``: one positive quantity over the seeds of a reference model (e.g. the test
         perplexity of Chapter 6's LSTM VA seeds), named by ``reference``. The floor is ``k`` times
@@ -629,7 +630,7 @@ class Findings:
         raise KeyError(f"no finding {claim_id!r} on this page; judged: {[f.claim.id for f in self.items]}")
 
     def line(self, *claim_ids: str, brief: bool = False) -> str:
-        """The verdicts of some findings in one sentence, for the prose of their section
+        """The verdicts of some findings, one sentence each, for the prose of their section
         (at least one claim id; ``ValueError`` otherwise). ``brief``: each with its difference
         and band width only (:meth:`Finding.sizes`), for a section whose table quotes the paper;
         the chapter's list (:meth:`markdown_list`) keeps every detail."""
@@ -637,9 +638,11 @@ class Findings:
             raise ValueError("line needs the id of at least one judged finding, got none")
         if not isinstance(brief, bool):
             raise TypeError(f"brief must be True or False, got {brief!r}")
-        return "; ".join(f"{self[i].claim.statement}"
-                         f"{' (beyond the paper, not counted)' if self[i].claim.beyond else ''}: "
-                         f"*{self[i].verdict}* ({self[i].sizes(brief)})" for i in claim_ids) + "."
+        parts = [f"{self[i].claim.statement}"
+                 f"{' (beyond the paper, not counted)' if self[i].claim.beyond else ''}: "
+                 f"*{self[i].verdict}* ({self[i].sizes(brief)})" for i in claim_ids]
+        # one sentence each; the first keeps its case, since a page may splice it into a sentence
+        return ". ".join([parts[0], *(p[:1].upper() + p[1:] for p in parts[1:])]) + "."
 
     @property
     def of_the_papers(self) -> list:

@@ -71,6 +71,8 @@ __all__ = [
     "LengthSummary",
     "ks_distance",
     "ks_by_seed",
+    "average_ranks",
+    "rank_correlation",
     "length_summary",
     "TokenShare",
     "token_share",
@@ -537,6 +539,40 @@ def ks_distance(a, b) -> float:
     fa = np.searchsorted(a, grid, side="right") / a.size
     fb = np.searchsorted(b, grid, side="right") / b.size
     return float(np.max(np.abs(fa - fb)))
+
+
+def average_ranks(values) -> np.ndarray:
+    """The ranks 1..n of ``values`` (float64), equal values sharing the mean of the ranks they
+    span (``[10, 20, 20, 5]`` -> ``[2, 3.5, 3.5, 1]``): the ranks of Spearman's correlation with
+    ties. ``values`` is a one-dimensional sequence of finite numbers."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"values must be a non-empty one-dimensional sequence, got shape {x.shape}")
+    if not np.isfinite(x).all():
+        raise ValueError("values must be finite numbers (no NaN or infinity)")
+    order = np.argsort(x, kind="stable")
+    _, first, counts = np.unique(x[order], return_index=True, return_counts=True)
+    ranks = np.empty(x.size, dtype=np.float64)
+    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)  # mean of ranks first+1..first+k
+    return ranks
+
+
+def rank_correlation(x, y) -> float:
+    """Spearman's rank correlation of two paired samples: the Pearson correlation of their
+    :func:`average_ranks`, so that tied values (a temperature saturated at its bound, shared by
+    many tokens) count as tied and not in the order they happen to be stored. Without ties it
+    equals ``1 - 6 sum d_i^2 / (n (n^2 - 1))``. Chapter 9 (``09_temperature``) reads the
+    contextual-temperature paper's Sec. 4.5 (frequent tokens get higher temperatures) with it.
+    ``x`` and ``y``: equally long one-dimensional sequences of finite numbers, at least two, each
+    with two or more distinct values (a constant sample has no rank order: ``ValueError``)."""
+    rx, ry = average_ranks(x), average_ranks(y)
+    if rx.size != ry.size:
+        raise ValueError(f"x and y must be paired samples of equal length, got {rx.size} and {ry.size}")
+    if rx.size < 2:
+        raise ValueError("a rank correlation needs at least two pairs")
+    if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        raise ValueError("a sample whose values are all equal has no rank order: the correlation is undefined")
+    return float(np.corrcoef(rx, ry)[0, 1])
 
 
 def ks_by_seed(runs, data_lengths, decoder: str = "greedy") -> tuple[np.ndarray, int]:

@@ -513,8 +513,10 @@ def test_a_brief_line_keeps_the_difference_band_width_and_reason_but_not_the_ban
             floor=Band.floor(1.0, "a stated floor"))
     f.not_run(Claim("c", "P", "T2", "c holds", paper_value="3"), "not trained")
     full, brief = f.line("a", "c"), f.line("a", "c", brief=True)
-    assert brief == ("a holds: *reproduces* (a − b = -2.00; noise band ±1.00); "
-                     "c holds: *not run* (not run: not trained).")
+    # one sentence per finding: the first as the claim reads (a page may splice it into its
+    # own sentence), the others capitalised
+    assert brief == ("a holds: *reproduces* (a − b = -2.00; noise band ±1.00). "
+                     "C holds: *not run* (not run: not trained).")
     assert "a stated floor" in full and "paper: 1 against 2" in full and "paper: 3" in full
     # the list of findings keeps every detail whatever the sections show
     assert "a stated floor" in f.markdown_list() and "paper: 1 against 2" in f.markdown_list()

@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nmst_lib import report
 
@@ -467,3 +469,70 @@ def test_times_writes_a_ratio_to_two_significant_figures_with_thousands_separato
             report.times(bad)
     with pytest.raises(TypeError, match="real number"):
         report.times("3")
+
+
+# ------------------------------------------------------------------ rank correlation (Chapter 9)
+
+
+def test_average_ranks_share_the_mean_rank_among_ties():
+    assert report.average_ranks([10, 20, 20, 5]).tolist() == [2.0, 3.5, 3.5, 1.0]
+    assert report.average_ranks([7, 7, 7]).tolist() == [2.0, 2.0, 2.0]
+    assert report.average_ranks([3.0]).tolist() == [1.0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=30))
+def test_average_ranks_sum_to_the_ranks_1_to_n_and_order_like_the_values(values):
+    ranks = report.average_ranks(values)
+    n = len(values)
+    assert ranks.sum() == pytest.approx(n * (n + 1) / 2)
+    for i in range(n):
+        for j in range(n):
+            assert (values[i] < values[j]) == (ranks[i] < ranks[j])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.permutations(list(range(12))))
+def test_rank_correlation_without_ties_is_spearmans_formula(perm):
+    x, y = np.arange(12.0), np.asarray(perm, dtype=float)
+    d = report.average_ranks(x) - report.average_ranks(y)
+    n = x.size
+    assert report.rank_correlation(x, y) == pytest.approx(1 - 6 * np.sum(d**2) / (n * (n**2 - 1)))
+    # a strictly increasing map of either sample changes no rank
+    assert report.rank_correlation(np.exp(x), y**3) == pytest.approx(report.rank_correlation(x, y))
+
+
+def test_rank_correlation_with_ties_ignores_the_order_the_pairs_are_stored_in():
+    """A temperature saturated at its bound is shared by many tokens stored in frequency order: ranks
+    by position (argsort of argsort) would make those ties correlate with the frequency rank. The
+    tie-aware correlation is the same in any order of the pairs, and is the Pearson correlation of
+    the mid-ranks (computed here by hand)."""
+    x = np.array([2.0, 2.0, 2.0, 2.0, 3.1, 2.5])
+    y = np.arange(6.0)  # the storage order itself
+    rho = report.rank_correlation(x, y)
+    rx = np.array([2.5, 2.5, 2.5, 2.5, 6.0, 5.0])
+    ry = np.arange(1.0, 7.0)
+    expected = np.sum((rx - rx.mean()) * (ry - ry.mean())) / np.sqrt(
+        np.sum((rx - rx.mean()) ** 2) * np.sum((ry - ry.mean()) ** 2))
+    assert rho == pytest.approx(expected)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        p = rng.permutation(x.size)
+        assert report.rank_correlation(x[p], y[p]) == pytest.approx(rho)
+    by_position = np.argsort(np.argsort(x, kind="stable"), kind="stable")
+    assert np.corrcoef(by_position, y)[0, 1] > rho + 0.1  # what ranking by position made of it
+
+
+@pytest.mark.parametrize(
+    "x, y, match",
+    [
+        ([1, 2, 3], [1, 2], "equal length"),
+        ([1.0], [2.0], "at least two pairs"),
+        ([1, 1, 1], [1, 2, 3], "all equal has no rank order"),
+        ([1, float("nan")], [1, 2], "finite"),
+        ([[1, 2], [3, 4]], [1, 2], "one-dimensional"),
+    ],
+)
+def test_rank_correlation_refuses_what_has_no_correlation(x, y, match):
+    with pytest.raises(ValueError, match=match):
+        report.rank_correlation(x, y)
