@@ -152,7 +152,10 @@ def test_chapter_6s_next_eps_is_queued_after_every_seed_0_model_as_the_configs_i
 def test_a_next_eps_result_lands_in_pending_results_not_in_the_store(tq, plan, tmp_path, monkeypatch):
     """The published store holds only suite configs (test_family): a finished model of the next
     eps lands in ``pending_results/wikitext2/`` and is done from there."""
-    config = next(c for f, c in plan if tq.is_next_grid(f, c))
+    # one that is not landed yet (a landed one is done, and nothing of it waits)
+    config = next((c for f, c in plan if tq.is_next_grid(f, c) and tq.where_done(f, c, None) is None), None)
+    if config is None:
+        pytest.skip("every model of the next eps is landed")
     fam = get_family("wikitext2")
     sibling = next((c for f, c in plan if f == "wikitext2" and c.key == config.key.replace("1e-5", "1e-4")))
     if fam.load(sibling).status != "current":
